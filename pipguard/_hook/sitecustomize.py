@@ -1,0 +1,40 @@
+"""pipguard's injection point: PYTHONPATH puts this directory first, so every
+Python process of a sandboxed run imports this module at start-up.
+
+It installs the audit hook, then runs the ``sitecustomize`` that this one
+shadows (pip's build environment has its own), so nothing changes for the
+program except the hook.
+"""
+
+
+def _pipguard_start():
+    import os
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import _pipguard_hook
+
+    _pipguard_hook.install()
+    _chain(here)
+
+
+def _chain(here):
+    """Execute the next ``sitecustomize`` on sys.path, as Python would have."""
+    import importlib.machinery
+    import importlib.util
+    import os
+    import sys
+
+    rest = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["sitecustomize"] = module
+    spec.loader.exec_module(module)
+
+
+_pipguard_start()
+del _pipguard_start, _chain

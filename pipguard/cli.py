@@ -1,0 +1,167 @@
+"""The ``pipguard`` command: parse options, build a Policy, call the library,
+render, map errors to exit codes. Nothing here decides security."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Optional, Sequence
+
+import click
+
+import pipguard
+from pipguard import exitcodes, render
+from pipguard.errors import PipguardError, UsageError
+from pipguard.policy import HostPort, Policy
+from pipguard.report import check_writable, write_atomic
+
+_FORMAT = click.Choice(render.FORMATS)
+_ISOLATION = click.Choice(["auto", "audit", "os"])
+
+
+def _color(stream) -> bool:
+    return stream.isatty() and "NO_COLOR" not in os.environ
+
+
+def _positive_float(ctx, param, value):
+    if value is None:
+        return None
+    if not value > 0:
+        raise click.BadParameter("must be a positive number of seconds")
+    return value
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(pipguard.__version__, prog_name="pipguard")
+def cli() -> None:
+    """Run the code that package installs execute inside a sandbox, block
+    what an install should never do, and report everything it saw.
+
+    Observed clean is evidence from one execution, not proof of safety.
+    """
+
+
+@cli.command(context_settings={"ignore_unknown_options": False})
+@click.option("--isolation", type=_ISOLATION, default="auto", show_default=True,
+              help="auto: every layer this kernel has (gaps recorded); os: fail unless the "
+                   "whole OS layer applies; audit: Python audit hooks only.")
+@click.option("--allow-network", is_flag=True, help="Lift the network ban (destinations are still recorded).")
+@click.option("--allow-host", "allow_hosts", multiple=True, metavar="HOST[:PORT]",
+              help="Allow only this destination (repeatable).")
+@click.option("--allow-write", multiple=True, metavar="PATH",
+              help="Extra writable directory (repeatable); the working directory is writable.")
+@click.option("--allow-read", multiple=True, metavar="PATH",
+              help="Extra readable path, e.g. inside a home directory (repeatable).")
+@click.option("--deny-subprocess", is_flag=True, help="Veto every process creation.")
+@click.option("--keep-env", multiple=True, metavar="NAME",
+              help="Pass this environment variable through unchanged (repeatable).")
+@click.option("--no-observe-reads", is_flag=True,
+              help="Do not observe native file reads (cheaper; Landlock still blocks them, "
+                   "but native attempts are then not reported).")
+@click.option("--timeout", type=float, callback=_positive_float, metavar="SECONDS",
+              help="Kill the whole sandbox after this many seconds (exit 124).")
+@click.option("--report", "report_path", metavar="FILE", help="Write the JSON report here (atomically).")
+@click.option("--format", "fmt", type=_FORMAT, default="table", show_default=True,
+              help="table: summary on stderr; json/sarif: the report on stdout.")
+@click.option("--record-build-dir", is_flag=True, help="Also hash files written in the working directory.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def run(isolation, allow_network, allow_hosts, allow_write, allow_read, deny_subprocess,
+        keep_env, no_observe_reads, timeout, report_path, fmt, record_build_dir, command) -> None:
+    """Run COMMAND in the sandbox: pipguard run [OPTIONS] -- CMD [ARG...]
+
+    Exits with the command's status (128+N if killed by signal N, 124 on
+    timeout); 2 if pipguard could not run it. Stdio passes through untouched.
+    """
+    from pipguard.sandbox import run as run_sandbox
+
+    if report_path:
+        report_path = check_writable(report_path)
+    policy = Policy(
+        allow_network=allow_network,
+        allow_hosts=tuple(HostPort.parse(h) for h in allow_hosts),
+        allow_subprocess=not deny_subprocess,
+        allow_write=allow_write, allow_read=allow_read, keep_env=keep_env,
+        isolation=isolation, timeout=timeout, observe_reads=not no_observe_reads,
+    )
+    # SIGTERM stops the sandbox like Ctrl-C does: the supervisor kills the
+    # whole tree and the report is still written.
+    import signal
+
+    def _interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _interrupt)
+    report = run_sandbox(list(command), policy, record_build_dir=record_build_dir)
+    if report_path:
+        write_atomic(report_path, render.get("json")(report))
+    if fmt == "table":
+        click.echo(render.get("table")(report, color=_color(sys.stderr)), err=True, nl=False)
+    else:
+        click.echo(render.get(fmt)(report), nl=False)
+    if report.error:
+        raise SystemExit(130)
+    raise SystemExit(exitcodes.from_wait_status(report.exit_code, report.timed_out))
+
+
+@cli.command()
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def doctor(fmt) -> None:
+    """Show which sandbox layers this host supports.
+
+    Exits 1 when the default isolation (auto) would be degraded, so CI can gate on it.
+    """
+    import json
+
+    from pipguard import doctor as doctor_mod
+    from pipguard import host
+
+    facts = host.probe()
+    checks = doctor_mod.checks(facts)
+    degraded = doctor_mod.default_isolation_degraded(checks)
+    if fmt == "json":
+        click.echo(json.dumps({"host": facts.to_json(),
+                               "checks": [c.__dict__ if not hasattr(c, "to_json") else c.to_json()
+                                          for c in checks],
+                               "default_isolation_degraded": degraded}, indent=2, default=str))
+    else:
+        from tabulate import tabulate
+
+        rows = [(c.name, c.status, c.detail) for c in checks]
+        click.echo(tabulate(rows, headers=("layer", "status", "detail")))
+        click.echo("\ndefault isolation: " + ("DEGRADED" if degraded else "complete"))
+    raise SystemExit(exitcodes.REFUSED if degraded else exitcodes.OK)
+
+
+def _fail(message: str, hint: Optional[str] = None, code: int = exitcodes.ERROR) -> None:
+    click.echo(f"pipguard: error: {message}", err=True)
+    if hint:
+        click.echo(f"pipguard: hint: {hint}", err=True)
+    raise SystemExit(code)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    """Console entry point: one line per error, no tracebacks, exit codes
+    from :mod:`pipguard.exitcodes`."""
+    try:
+        cli.main(args=list(argv) if argv is not None else None, prog_name="pipguard",
+                 standalone_mode=False)
+    except click.exceptions.NoSuchOption as exc:
+        _fail(exc.format_message(), "see 'pipguard --help'; put the command after '--'")
+    except click.ClickException as exc:
+        _fail(exc.format_message(), "see 'pipguard COMMAND --help'")
+    except click.exceptions.Abort:
+        _fail("aborted", code=130)
+    except PipguardError as exc:
+        _fail(exc.message, exc.hint, exc.exit_code)
+    except KeyboardInterrupt:
+        _fail("interrupted", code=130)
+    except SystemExit:
+        raise
+    except OSError as exc:
+        _fail(f"{exc.strerror or exc} ({exc.filename or 'no file'})",
+              "this is probably a bug in pipguard: please report it")
+    raise SystemExit(0)
+
+
+if __name__ == "__main__":
+    main()

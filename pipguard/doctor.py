@@ -1,0 +1,90 @@
+"""``pipguard doctor``: turn :class:`~pipguard.host.HostFacts` into checks.
+
+Pure functions; the CLI renders the result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Sequence
+
+from pipguard.host import HostFacts
+
+STATUSES = ("ok", "degraded", "missing")
+#: the parts ``--isolation auto`` uses; any of them not "ok" means auto degrades
+DEFAULT_ISOLATION_PARTS = ("landlock.fs", "landlock.net", "landlock.scope", "seccomp", "seccomp.notify")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of ``pipguard doctor``. ``status`` is "ok", "degraded" or "missing"."""
+
+    name: str
+    status: str
+    detail: str
+    needed_for: str
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"name": self.name, "status": self.status, "detail": self.detail, "needed_for": self.needed_for}
+
+
+def checks(facts: HostFacts) -> List[Check]:
+    out: List[Check] = []
+    where = f"{facts.system} {facts.release} {facts.machine}".strip()
+    if facts.platform_supported:
+        out.append(Check("platform", "ok", where, "the OS layer"))
+    elif facts.system == "Linux":
+        out.append(Check("platform", "degraded", f"{where}: {facts.platform_reason}", "the OS layer"))
+    else:
+        out.append(Check("platform", "missing", f"{where}: {facts.platform_reason}", "the OS layer (audit layer only)"))
+
+    abi = facts.landlock_abi
+    if abi < 1:
+        out.append(Check("landlock.fs", "missing", facts.landlock_reason or "Landlock is absent", "file read/write confinement"))
+    else:
+        lacking = [r for r, v in (("REFER", 2), ("TRUNCATE", 3), ("IOCTL_DEV", 5)) if abi < v]
+        if lacking:
+            out.append(Check("landlock.fs", "degraded", f"ABI {abi}: cannot confine {', '.join(lacking)}", "file read/write confinement"))
+        else:
+            out.append(Check("landlock.fs", "ok", f"ABI {abi}: {len(facts.landlock_fs_rights)} filesystem rights", "file read/write confinement"))
+    if facts.landlock_net:
+        out.append(Check("landlock.net", "ok", f"ABI {abi}: TCP bind/connect by port", "--allow-host port confinement"))
+    else:
+        why = facts.landlock_reason if abi < 1 else f"Landlock ABI {abi} < 4 (needs Linux 6.7)"
+        out.append(Check("landlock.net", "missing", why, "--allow-host port confinement"))
+    if facts.landlock_scope:
+        out.append(Check("landlock.scope", "ok", f"ABI {abi}: signals and abstract unix sockets scoped", "protecting the supervisor and other processes"))
+    else:
+        why = facts.landlock_reason if abi < 1 else f"Landlock ABI {abi} < 6 (needs Linux 6.12)"
+        out.append(Check("landlock.scope", "missing", why, "protecting the supervisor and other processes"))
+
+    if facts.seccomp:
+        out.append(Check("seccomp", "ok", "libseccomp filter loads", "blocking dangerous syscalls and sockets"))
+    else:
+        out.append(Check("seccomp", "missing", facts.seccomp_reason, "blocking dangerous syscalls and sockets"))
+    if facts.seccomp_notify:
+        out.append(Check("seccomp.notify", "ok", "user notification listener works", "syscall-level evidence for native code"))
+    else:
+        out.append(Check("seccomp.notify", "missing", facts.seccomp_notify_reason, "syscall-level evidence for native code"))
+
+    if facts.euid == 0:
+        bnd = facts.capabilities.get("CapBnd", 0)
+        out.append(Check("capabilities", "ok", f"running as root (CapEff {facts.capabilities.get('CapEff', 0):#x}, CapBnd {bnd:#x}); the sandbox drops all of them and locks securebits", "no root powers in the sandbox"))
+    elif facts.system == "Linux":
+        eff = facts.capabilities.get("CapEff", 0)
+        detail = "unprivileged; no capabilities to drop" if not eff else f"unprivileged with CapEff {eff:#x}; the sandbox drops them"
+        out.append(Check("capabilities", "ok", detail, "no root powers in the sandbox"))
+    else:
+        out.append(Check("capabilities", "missing", facts.platform_reason, "no root powers in the sandbox"))
+
+    if facts.user_namespaces:
+        out.append(Check("user_namespaces", "ok", "unprivileged user namespaces allowed", "the namespace layer (optional)"))
+    else:
+        out.append(Check("user_namespaces", "missing", facts.user_namespaces_reason, "the namespace layer (optional)"))
+    return out
+
+
+def default_isolation_degraded(checks: Sequence[Check]) -> bool:
+    """True when ``--isolation auto`` would run without some part of the OS layer."""
+    by_name = {c.name: c for c in checks}
+    return any(by_name.get(part) is None or by_name[part].status != "ok" for part in DEFAULT_ISOLATION_PARTS)

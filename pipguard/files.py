@@ -1,0 +1,53 @@
+"""Files written: which files a run created or changed in its writable roots,
+with sha256 and size. A snapshot/diff of metadata (cheap: one ``lstat`` per
+file) before and after; only new or changed files are hashed."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from typing import Dict, Iterable, List, Tuple
+
+from pipguard.report import FileWritten
+
+Snapshot = Dict[str, Tuple[int, int, int]]
+_MAX_FILES = 200_000
+
+
+def snapshot(roots: Iterable[str]) -> Snapshot:
+    """(size, mtime_ns, inode) of every regular file under ``roots``."""
+    out: Snapshot = {}
+    for root in roots:
+        for dirpath, dirnames, filenames in os.walk(root):
+            for name in filenames:
+                path = os.path.join(dirpath, name)
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode):
+                    out[path] = (st.st_size, st.st_mtime_ns, st.st_ino)
+                if len(out) >= _MAX_FILES:
+                    return out
+    return out
+
+
+def sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def changed(before: Snapshot, after: Snapshot) -> List[FileWritten]:
+    out = []
+    for path, meta in sorted(after.items()):
+        if before.get(path) == meta:
+            continue
+        try:
+            out.append(FileWritten(path, sha256(path), meta[0]))
+        except OSError:
+            continue
+    return out

@@ -1,0 +1,333 @@
+"""The seccomp filter: a deny-list (default ALLOW) plus user-notification observers.
+
+A denied syscall returns an errno (EPERM; ENOSYS for clone3) so that a build
+fails cleanly and is never killed. With ``notify`` the deny rules use
+SCMP_ACT_NOTIFY instead: the supervisor holding the listener fd answers with
+the errno of :data:`DENY_ERRNO` and records the attempt. Observation rules
+(exec, connect, opens for writing, ...) are NOTIFY too; the supervisor answers
+them with SECCOMP_USER_NOTIF_FLAG_CONTINUE. It must never CONTINUE a "deny":
+CONTINUE after inspecting pointer arguments is a TOCTOU hole (seccomp_unotify(2)),
+so nothing here lets the supervisor *allow* what the filter denies.
+
+Foreign ABIs: the filter holds only the native architecture. libseccomp's
+bad-arch action is set to ERRNO(ENOSYS), so ``int 0x80`` (i386) syscalls fail;
+on x86_64 libseccomp also sends x32 numbers (>= 0x40000000) to that action.
+
+If the listener fd is closed while the filter is live, every notified syscall
+fails with ENOSYS (fail closed).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import platform
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+
+from pipguard.errors import KernelError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pipguard.oslayer import OsLayerSpec
+
+try:
+    import pyseccomp as _sc
+
+    _IMPORT_ERROR = ""
+except Exception as exc:  # RuntimeError("Unable to find libseccomp"), OSError, ImportError
+    _sc = None  # type: ignore[assignment]
+    _IMPORT_ERROR = str(exc) or type(exc).__name__
+
+# Constants the supervisor needs to talk to the listener (include/uapi/linux/seccomp.h).
+SECCOMP_IOCTL_NOTIF_RECV = 0xC0502100
+SECCOMP_IOCTL_NOTIF_SEND = 0xC0182101
+SECCOMP_IOCTL_NOTIF_ID_VALID = 0x40082102
+SECCOMP_USER_NOTIF_FLAG_CONTINUE = 1
+SYS_PIDFD_GETFD = 438  # same number on every architecture
+
+PR_GET_SECCOMP = 21
+CLONE_THREAD = 0x00010000
+TIOCSTI = 0x5412
+TIOCLINUX = 0x541C
+PER_LINUX = 0
+PER_QUERY = 0xFFFFFFFF
+SOCK_TYPE_MASK = 0xF
+SOCK_RAW = 3
+SOCK_PACKET = 10
+AF_NETLINK = 16
+NETLINK_ROUTE = 0
+AF_UNIX, AF_INET, AF_INET6 = 1, 2, 10
+
+#: denied outright (ERRNO EPERM, or NOTIFY + supervisor answers EPERM)
+DENY_ALWAYS: Tuple[str, ...] = (
+    "ptrace", "process_vm_readv", "process_vm_writev",
+    "io_uring_setup", "io_uring_enter", "io_uring_register",
+    "bpf", "perf_event_open", "userfaultfd",
+    "add_key", "request_key", "keyctl",
+    "mount", "umount2", "pivot_root", "fsopen", "fsconfig", "fsmount", "fspick",
+    "move_mount", "open_tree", "mount_setattr",
+    "unshare", "setns",
+    "kexec_load", "kexec_file_load",
+    "init_module", "finit_module", "delete_module",
+    "open_by_handle_at", "name_to_handle_at",
+    "acct", "swapon", "swapoff", "reboot",
+    "settimeofday", "clock_settime", "adjtimex", "clock_adjtime",
+    "syslog", "quotactl", "quotactl_fd", "lookup_dcookie", "vhangup", "pidfd_getfd",
+    "uselib", "_sysctl", "nfsservctl", "iopl", "ioperm",
+)
+#: denied only for some arguments (see :func:`build_filter`)
+DENY_CONDITIONAL: Tuple[str, ...] = ("personality", "ioctl", "socket", "socketpair")
+PROCESS_CREATION: Tuple[str, ...] = ("fork", "vfork", "clone")
+#: notified for observation (answered CONTINUE)
+OBSERVE: Tuple[str, ...] = (
+    "execve", "execveat", "connect", "bind", "sendto", "sendmsg", "sendmmsg", "exit_group",
+    "open", "creat", "openat", "openat2",
+)
+
+#: errno the supervisor answers for each syscall the filter denies
+DENY_ERRNO: Dict[str, int] = {name: errno.EPERM for name in DENY_ALWAYS + DENY_CONDITIONAL + PROCESS_CREATION}
+DENY_ERRNO["clone3"] = errno.ENOSYS  # never notified: plain ERRNO so glibc falls back to clone
+
+_WRITE_OPEN_BITS = (os.O_WRONLY, os.O_RDWR, os.O_CREAT, os.O_TRUNC)
+
+
+def _libc():
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    libc.prctl.restype = ctypes.c_int
+    return libc
+
+
+def available() -> Tuple[bool, str]:
+    """Can this process load a seccomp filter through libseccomp? (ok, reason if not)."""
+    if platform.system() != "Linux":
+        return False, f"seccomp is Linux-only (this is {platform.system()})"
+    if _sc is None:
+        return False, f"libseccomp cannot be loaded: {_IMPORT_ERROR} (install libseccomp2)"
+    ctypes.set_errno(0)
+    if _libc().prctl(PR_GET_SECCOMP, 0, 0, 0, 0) < 0:
+        err = ctypes.get_errno()
+        return False, f"kernel has no seccomp (CONFIG_SECCOMP): {os.strerror(err)}"
+    try:
+        api = _sc.get_api()
+    except NotImplementedError:
+        return True, ""
+    if api < 1:
+        return False, "libseccomp reports no usable seccomp API on this kernel"
+    return True, ""
+
+
+def notify_available() -> Tuple[bool, str]:
+    """Does the kernel + libseccomp support SECCOMP_RET_USER_NOTIF with a listener fd?"""
+    ok, why = available()
+    if not ok:
+        return False, why
+    if not hasattr(_sc._libseccomp, "seccomp_notify_fd"):
+        return False, "libseccomp < 2.5 has no user notification support"
+    try:
+        api = _sc.get_api()
+    except NotImplementedError:
+        return False, "libseccomp too old to report its API level"
+    if api < 5:
+        return False, f"seccomp API level {api} < 5: user notification needs Linux 5.0 and libseccomp 2.5"
+    return True, ""
+
+
+def _nr(name: str) -> int:
+    """Native syscall number of ``name``; negative when this architecture lacks it."""
+    assert _sc is not None
+    return int(_sc.resolve_syscall(_sc.Arch.NATIVE, name))
+
+
+def _name(nr: int) -> str:
+    assert _sc is not None
+    try:
+        return _sc.resolve_syscall(_sc.Arch.NATIVE, nr).decode()
+    except ValueError:
+        return f"syscall_{nr}"
+
+
+def _add(f, action: int, name: str, *args) -> None:
+    nr = _nr(name)
+    if nr == -1:  # __NR_SCMP_ERROR: libseccomp has never heard of it
+        return
+    try:
+        f.add_rule(action, nr, *args)
+    except OSError as exc:
+        raise KernelError(f"seccomp_rule_add({name})", exc.errno or errno.EINVAL, exc.strerror or str(exc)) from exc
+
+
+def _deny_socket_domains(f, deny: int, allowed: List[int]) -> None:
+    """Deny socket() for every domain not in ``allowed``.
+
+    One comparison per rule (libseccomp refuses two on the same argument), and
+    plain 64-bit compares: ``domain`` is an int, so a value with high bits set
+    (which the kernel would truncate) lands in the final GT rule and is denied.
+    """
+    A = _sc.Arg
+    allowed = sorted(allowed)
+    _add(f, deny, "socket", A(0, _sc.LT, allowed[0]))
+    for lo, hi in zip(allowed, allowed[1:]):
+        for dom in range(lo + 1, hi):
+            _add(f, deny, "socket", A(0, _sc.EQ, dom))
+    _add(f, deny, "socket", A(0, _sc.GT, allowed[-1]))
+
+
+def build_filter(spec: "OsLayerSpec", *, notify: bool):
+    """The libseccomp filter for ``spec`` (not loaded). ``notify``: use NOTIFY actions."""
+    assert _sc is not None
+    A = _sc.Arg
+    f = _sc.SyscallFilter(_sc.ALLOW)
+    f.set_attr(_sc.Attr.ACT_BADARCH, _sc.ERRNO(errno.ENOSYS))
+    f.set_attr(_sc.Attr.CTL_NNP, 0)  # no_new_privs is set explicitly, earlier
+
+    def deny(name: str) -> int:
+        return _sc.NOTIFY if notify else _sc.ERRNO(DENY_ERRNO[name])
+
+    for name in DENY_ALWAYS:
+        _add(f, deny(name), name)
+    _add(f, _sc.ERRNO(errno.ENOSYS), "clone3")  # flags live in a struct BPF cannot read
+
+    # personality(2) takes an unsigned int: allow exactly PER_LINUX and the
+    # 0xffffffff query. Denied: anything above 32 bits, and any 32-bit value
+    # whose bits are not all equal (some adjacent pair differs).
+    _add(f, deny("personality"), "personality", A(0, _sc.GT, PER_QUERY))
+    for bit in range(31):
+        pair = 3 << bit
+        _add(f, deny("personality"), "personality", A(0, _sc.MASKED_EQ, pair, 1 << bit))
+        _add(f, deny("personality"), "personality", A(0, _sc.MASKED_EQ, pair, 2 << bit))
+
+    # ioctl's request is an unsigned int: compare the low 32 bits only, or a
+    # request with junk in the high bits slips past (the old TIOCSTI bypass).
+    for request in (TIOCSTI, TIOCLINUX):
+        _add(f, deny("ioctl"), "ioctl", A(1, _sc.MASKED_EQ, 0xFFFFFFFF, request))
+
+    # socketpair: AF_UNIX only, in every mode.
+    _add(f, deny("socketpair"), "socketpair", A(0, _sc.LT, AF_UNIX))
+    _add(f, deny("socketpair"), "socketpair", A(0, _sc.GT, AF_UNIX))
+    # socket: AF_UNIX is denied in every mode (Landlock <= ABI 7 cannot confine
+    # connect() to pathname sockets such as docker.sock or ssh-agent).
+    d = deny("socket")
+    if spec.network == "none":
+        _add(f, d, "socket")
+    elif spec.network == "ports":
+        _deny_socket_domains(f, d, [AF_INET, AF_INET6])
+        for dom in (AF_INET, AF_INET6):
+            # anything but SOCK_STREAM (type & 0xf != 1) is denied: low nibble 0,
+            # or bit 1, 2 or 3 set. SOCK_NONBLOCK/SOCK_CLOEXEC bits are ignored.
+            _add(f, d, "socket", A(0, _sc.EQ, dom), A(1, _sc.MASKED_EQ, SOCK_TYPE_MASK, 0))
+            for bit in (0x2, 0x4, 0x8):
+                _add(f, d, "socket", A(0, _sc.EQ, dom), A(1, _sc.MASKED_EQ, bit, bit))
+    elif spec.network == "all":
+        _deny_socket_domains(f, d, [AF_INET, AF_INET6, AF_NETLINK])
+        for dom in (AF_INET, AF_INET6):
+            for kind in (SOCK_RAW, SOCK_PACKET):
+                _add(f, d, "socket", A(0, _sc.EQ, dom), A(1, _sc.MASKED_EQ, SOCK_TYPE_MASK, kind))
+        # netlink: NETLINK_ROUTE only (glibc's getaddrinfo uses it, with SOCK_RAW).
+        _add(f, d, "socket", A(0, _sc.EQ, AF_NETLINK), A(2, _sc.GT, NETLINK_ROUTE))
+    else:
+        raise ValueError(f"network must be 'none', 'ports' or 'all', not {spec.network!r}")
+
+    no_thread = A(0, _sc.MASKED_EQ, CLONE_THREAD, 0)
+    if not spec.allow_subprocess:
+        _add(f, deny("fork"), "fork")
+        _add(f, deny("vfork"), "vfork")
+        _add(f, deny("clone"), "clone", no_thread)
+    elif notify:
+        _add(f, _sc.NOTIFY, "fork")
+        _add(f, _sc.NOTIFY, "vfork")
+        _add(f, _sc.NOTIFY, "clone", no_thread)
+
+    if notify:
+        for name in ("execve", "execveat", "connect", "bind", "sendmsg", "sendmmsg", "exit_group", "creat", "openat2"):
+            _add(f, _sc.NOTIFY, name)
+        _add(f, _sc.NOTIFY, "sendto", A(4, _sc.NE, 0))  # only with a destination address
+        if spec.observe_reads:
+            _add(f, _sc.NOTIFY, "open")
+            _add(f, _sc.NOTIFY, "openat")
+        else:
+            for bit in _WRITE_OPEN_BITS:
+                _add(f, _sc.NOTIFY, "open", A(1, _sc.MASKED_EQ, bit, bit))
+                _add(f, _sc.NOTIFY, "openat", A(2, _sc.MASKED_EQ, bit, bit))
+    return f
+
+
+_LOADED: list = []  # keep the loaded filter object alive: releasing it must not touch the listener
+
+
+def load(spec: "OsLayerSpec", *, notify: bool) -> Optional[int]:
+    """Build and load the filter on the calling thread; returns the listener fd with notify.
+
+    The listener fd is O_CLOEXEC (the kernel creates it so). Once this returns,
+    every notified syscall of this thread blocks until someone answers on
+    that fd: hand it over with syscalls the filter never notifies (write to a
+    pipe, then let the parent take it with :func:`take_listener`) -- a
+    ``sendmsg`` with SCM_RIGHTS from this thread would wait for itself forever.
+    """
+    f = build_filter(spec, notify=notify)
+    try:
+        f.load()
+    except OSError as exc:
+        raise KernelError("seccomp_load", exc.errno or errno.EINVAL, exc.strerror or str(exc)) from exc
+    _LOADED.append(f)
+    if not notify:
+        return None
+    fd = int(_sc._libseccomp.seccomp_notify_fd(f._filter))
+    if fd < 0:
+        raise KernelError("seccomp_notify_fd", -fd, os.strerror(-fd), "libseccomp returned no listener fd")
+    os.set_inheritable(fd, False)
+    return fd
+
+
+def classify(nr: int, spec: Optional["OsLayerSpec"] = None) -> Tuple[str, str]:
+    """(syscall name, role) of a notified native syscall; role is "deny" or "observe".
+
+    How the supervisor decides: "deny" -> answer ``-DENY_ERRNO[name]`` and
+    record a blocked event; "observe" -> answer CONTINUE and record it.
+    ``socket``, ``socketpair``, ``ioctl`` and ``personality`` are "deny": the
+    filter only notifies their denied argument combinations. fork/vfork/clone
+    depend on ``spec.allow_subprocess``; without a spec they are "deny" (fail
+    closed: pass the spec to let subprocesses run). Unknown numbers are "deny"
+    (the filter never notifies them, so something is off).
+    """
+    name = _name(nr) if _sc is not None else f"syscall_{nr}"
+    if name in PROCESS_CREATION:
+        return name, ("observe" if spec is not None and spec.allow_subprocess else "deny")
+    if name in OBSERVE:
+        return name, "observe"
+    return name, "deny"
+
+
+def take_listener(pid: int, remote_fd: int) -> int:
+    """Parent side: copy the child's listener fd ``remote_fd`` into this process.
+
+    Uses pidfd_open + pidfd_getfd (Linux 5.6); the new fd is O_CLOEXEC. The
+    child only has to ``write`` the number to a pipe and wait (``read``) until
+    the parent has it -- neither syscall is notified.
+    """
+    pidfd = os.pidfd_open(pid)
+    try:
+        ctypes.set_errno(0)
+        fd = _libc().syscall(ctypes.c_long(SYS_PIDFD_GETFD), ctypes.c_int(pidfd), ctypes.c_int(remote_fd), ctypes.c_uint(0))
+        if fd < 0:
+            err = ctypes.get_errno()
+            raise KernelError("pidfd_getfd", err, os.strerror(err), "needs Linux 5.6 and ptrace access to the child")
+        return int(fd)
+    finally:
+        os.close(pidfd)
+
+
+# Responder helpers: the supervisor's side of the protocol, small enough to share with tests.
+class SeccompData(ctypes.Structure):
+    _fields_ = [("nr", ctypes.c_int32), ("arch", ctypes.c_uint32), ("ip", ctypes.c_uint64), ("args", ctypes.c_uint64 * 6)]
+
+
+class Notif(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_uint64), ("pid", ctypes.c_uint32), ("flags", ctypes.c_uint32), ("data", SeccompData)]
+
+
+class NotifResp(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_uint64), ("val", ctypes.c_int64), ("error", ctypes.c_int32), ("flags", ctypes.c_uint32)]
+
+
+assert ctypes.sizeof(Notif) == 80 and ctypes.sizeof(NotifResp) == 24

@@ -1,0 +1,264 @@
+"""Resolve a :class:`~pipguard.policy.Policy` against this host into a
+:class:`Plan`: the concrete paths, environment, hook configuration and OS-layer
+spec of one run. Pure apart from reading the host (``/etc``, ``pwd``, PATH)
+and creating the run's private directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+from pipguard.errors import CommandNotFound, UsageError
+from pipguard.oslayer import OsLayerSpec
+from pipguard.policy import Policy
+
+HOOK_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_hook")
+
+# Variables a build needs and that carry no credentials. Everything else is
+# removed (names listed in the report) unless --keep-env names it.
+ENV_ALLOW = frozenset(
+    """PATH LANG LANGUAGE TERM TZ COLUMNS LINES NO_COLOR FORCE_COLOR CLICOLOR
+    SOURCE_DATE_EPOCH USER LOGNAME SHELL
+    CC CXX CPP LD AR AS NM RANLIB STRIP OBJCOPY OBJDUMP READELF CFLAGS CXXFLAGS
+    CPPFLAGS LDFLAGS LDSHARED LIBS FFLAGS FC F77 F90 MAKEFLAGS MAKELEVEL MFLAGS
+    PKG_CONFIG PKG_CONFIG_PATH PKG_CONFIG_LIBDIR CMAKE_GENERATOR CMAKE_BUILD_PARALLEL_LEVEL
+    NPY_NUM_BUILD_JOBS MAX_JOBS SETUPTOOLS_USE_DISTUTILS SETUPTOOLS_SCM_PRETEND_VERSION
+    VIRTUAL_ENV CONDA_PREFIX PYTHONHASHSEED PYTHONIOENCODING PYTHONUTF8
+    PYTHONDONTWRITEBYTECODE PYTHONWARNINGS PYTHONFAULTHANDLER
+    PIP_CONFIG_FILE PIP_NO_INDEX PIP_FIND_LINKS PIP_NO_INPUT PIP_DISABLE_PIP_VERSION_CHECK
+    PIP_NO_BUILD_ISOLATION PIP_NO_CACHE_DIR PIP_ONLY_BINARY PIP_NO_BINARY PIP_PREFER_BINARY
+    PIP_PROGRESS_BAR PIP_NO_COLOR PIP_DEFAULT_TIMEOUT PIP_CERT
+    SSL_CERT_FILE SSL_CERT_DIR REQUESTS_CA_BUNDLE CURL_CA_BUNDLE NODE_EXTRA_CA_CERTS
+    PYTHONUNBUFFERED DEBIAN_FRONTEND PWD SHLVL
+    """.split()
+)
+ENV_ALLOW_PREFIXES = ("LC_",)
+
+# System directories a build reads. Home directories are excluded wholesale:
+# Landlock cannot subtract a subtree from a grant, so the list is built around them.
+SYSTEM_READ = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+               "/opt", "/nix", "/gnu", "/snap", "/sys", "/proc", "/var/lib/dpkg")
+# Entries of /etc that hold secrets (password hashes, host keys, private TLS
+# keys, VPN/Wi-Fi secrets): every other entry of /etc is granted one by one.
+ETC_SECRETS = frozenset(
+    ("shadow", "gshadow", "shadow-", "gshadow-", "sudoers", "sudoers.d", "ssh",
+     "security", "NetworkManager", "wireguard", "openvpn", "ipsec.secrets", "ppp",
+     "libvirt", "docker", "containerd", "krb5.keytab", "pki", "cups", "polkit-1")
+)
+ETC_SSL_SECRETS = frozenset(("private",))
+DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
+# Directories that must never become the writable build dir.
+UNSAFE_CWD = ("/", "/tmp", "/var/tmp", "/home", "/root", "/usr", "/etc", "/var", "/dev", "/proc")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything the launcher needs; derived, never edited."""
+
+    argv: Tuple[str, ...]
+    executable: str
+    cwd: str
+    run_dir: str
+    fifo: str
+    tmp_dir: str
+    home_dir: str
+    env: Dict[str, str]
+    env_removed: Tuple[str, ...]
+    homes: Tuple[str, ...]
+    read_roots: Tuple[str, ...]
+    write_roots: Tuple[str, ...]
+    os_spec: Optional[OsLayerSpec]
+    os_required: bool
+    unavailable: Dict[str, str] = field(default_factory=dict)
+
+
+def home_directories() -> Tuple[str, ...]:
+    """Every home directory on this host: the caller's ($HOME and passwd),
+    /root, /home, and passwd homes under them."""
+    homes = {"/root", "/home"}
+    for value in (os.environ.get("HOME"), os.path.expanduser("~")):
+        if value and value != "/":
+            homes.add(os.path.realpath(value))
+    try:
+        for entry in pwd.getpwall():
+            d = entry.pw_dir
+            if d and d.startswith(("/home/", "/root", "/Users/")):
+                homes.add(os.path.realpath(d))
+    except Exception:  # pwd can fail in odd containers; the defaults stand
+        pass
+    return tuple(sorted(homes))
+
+
+def _etc_entries() -> List[str]:
+    out = []
+    try:
+        names = os.listdir("/etc")
+    except OSError:
+        return out
+    for name in names:
+        if name in ETC_SECRETS:
+            continue
+        path = "/etc/" + name
+        if name == "ssl" and os.path.isdir(path):
+            out.extend("/etc/ssl/" + n for n in os.listdir(path) if n not in ETC_SSL_SECRETS)
+            continue
+        out.append(path)
+    return out
+
+
+def _interpreter_roots(executable: str) -> List[str]:
+    roots = [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(HOOK_DIR)]
+    # The command's own install tree (e.g. /root/.pyenv/versions/3.9/bin/python -> that version).
+    for path in (executable, os.path.realpath(executable)):
+        bindir = os.path.dirname(path)
+        roots.append(bindir)
+        if os.path.basename(bindir) == "bin":
+            roots.append(os.path.dirname(bindir))
+    # Modules pipguard's hook needs are in the standard library of the target;
+    # pipguard itself and its dependencies are read by the launcher before confinement.
+    return roots
+
+
+def _tty_devices() -> List[str]:
+    out = []
+    for fd in (0, 1, 2):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("/dev/pts/") or target.startswith("/dev/tty"):
+            out.append(target)
+    return out
+
+
+def scrub_env(source: Mapping[str, str], keep: Sequence[str]) -> Tuple[Dict[str, str], Tuple[str, ...]]:
+    """Keep the allow-list plus ``keep``; return (kept, removed names)."""
+    kept, removed = {}, []
+    keep_set = set(keep)
+    for name, value in source.items():
+        if name in ENV_ALLOW or name.startswith(ENV_ALLOW_PREFIXES) or name in keep_set:
+            kept[name] = value
+        else:
+            removed.append(name)
+    return kept, tuple(sorted(removed))
+
+
+def resolve_command(argv: Sequence[str], path_var: Optional[str], cwd: str) -> str:
+    if not argv:
+        raise UsageError("no command given", hint="put the command after '--': pipguard run -- CMD ARGS")
+    name = argv[0]
+    if "/" in name:
+        full = name if os.path.isabs(name) else os.path.join(cwd, name)
+        if not os.path.exists(full):
+            raise CommandNotFound(f"command not found: {name}")
+        if os.path.isdir(full) or not os.access(full, os.X_OK):
+            raise CommandNotFound(f"command is not executable: {name}", hint="chmod +x it, or run it through its interpreter")
+        return os.path.abspath(full)
+    found = shutil.which(name, path=path_var or os.defpath)
+    if not found:
+        raise CommandNotFound(f"command not found: {name}", hint="check the name and PATH")
+    return found
+
+
+def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
+              env: Optional[Mapping[str, str]] = None, supervisor_pid: Optional[int] = None,
+              os_available: bool = True, os_reason: str = "") -> Plan:
+    """Resolve ``policy`` for running ``argv``. Creates the private run
+    directory (temp dir, sandbox HOME, event FIFO); the caller removes it."""
+    cwd = os.path.realpath(cwd or os.getcwd())
+    if not os.path.isdir(cwd):
+        raise UsageError(f"working directory {cwd} does not exist")
+    source_env = dict(os.environ if env is None else env)
+    executable = resolve_command(argv, source_env.get("PATH"), cwd)
+    homes = home_directories()
+    if policy.writable_cwd and (cwd in UNSAFE_CWD or any(h == cwd or h.startswith(cwd + "/") for h in homes)):
+        raise UsageError(
+            f"refusing to make {cwd} writable for the sandbox: it is or contains system or home directories",
+            hint="run from the project's own directory",
+        )
+
+    run_dir = tempfile.mkdtemp(prefix="pipguard-")
+    os.chmod(run_dir, 0o755)
+    tmp_dir = os.path.join(run_dir, "tmp")
+    home_dir = os.path.join(run_dir, "home")
+    os.mkdir(tmp_dir, 0o700)
+    os.mkdir(home_dir, 0o700)
+    fifo = os.path.join(run_dir, "events.fifo")
+    os.mkfifo(fifo, 0o622)
+    os.chmod(fifo, 0o622)  # mkfifo's mode is masked by umask; sandbox may run as another uid
+
+    write_roots = [tmp_dir, home_dir, *policy.allow_write]
+    if policy.writable_cwd:
+        write_roots.insert(0, cwd)
+    read_roots = [*_interpreter_roots(executable), *policy.allow_read]
+
+    kept, removed = scrub_env(source_env, policy.keep_env)
+    user_pythonpath = kept.pop("PYTHONPATH", None)
+    kept.update(
+        HOME=home_dir, TMPDIR=tmp_dir, TEMP=tmp_dir, TMP=tmp_dir,
+        XDG_CACHE_HOME=os.path.join(home_dir, ".cache"),
+        XDG_CONFIG_HOME=os.path.join(home_dir, ".config"),
+        XDG_DATA_HOME=os.path.join(home_dir, ".local", "share"),
+        PYTHONPATH=HOOK_DIR + (":" + user_pythonpath if user_pythonpath else ""),
+    )
+    kept.setdefault("PATH", os.defpath)
+    if policy.allow_network:
+        network = "all"
+    elif policy.allow_hosts:
+        network = "hosts"
+    else:
+        network = "none"
+    hook_config = {
+        "homes": list(homes),
+        "sandbox_home": home_dir,
+        "read": read_roots,
+        "write": write_roots,
+        "write_files": [fifo],
+        "network": network,
+        "hosts": [str(h) for h in policy.allow_hosts] + [h.host for h in policy.allow_hosts],
+        "subprocess": policy.allow_subprocess,
+        "supervisor_pid": supervisor_pid or os.getpid(),
+        "fifo": fifo,
+        "hook_dir": HOOK_DIR,
+    }
+    kept["PIPGUARD_HOOK"] = json.dumps(hook_config, separators=(",", ":"))
+
+    unavailable: Dict[str, str] = {}
+    os_spec = None
+    if policy.isolation != "audit":
+        if not os_available:
+            if policy.isolation == "os":
+                from pipguard.errors import LayerUnavailable
+
+                raise LayerUnavailable(f"the OS layer is unavailable: {os_reason}",
+                                       hint="use --isolation auto or audit on this host")
+            unavailable["os"] = os_reason
+        else:
+            readable = [*SYSTEM_READ, *_etc_entries(), *read_roots]
+            os_spec = OsLayerSpec(
+                read_paths=tuple(dict.fromkeys(p for p in readable if p)),
+                write_paths=tuple(dict.fromkeys([*write_roots, fifo])),
+                device_paths=tuple(dict.fromkeys([*DEVICES, *_tty_devices()])),
+                network="all" if network == "all" else ("ports" if network == "hosts" else "none"),
+                tcp_connect_ports=tuple(sorted({h.port for h in policy.allow_hosts if h.port})),
+                allow_subprocess=policy.allow_subprocess,
+                notify=True,
+                observe_reads=policy.observe_reads,
+            )
+    return Plan(
+        argv=tuple(argv), executable=executable, cwd=cwd, run_dir=run_dir, fifo=fifo,
+        tmp_dir=tmp_dir, home_dir=home_dir, env=kept, env_removed=removed, homes=homes,
+        read_roots=tuple(read_roots), write_roots=tuple(write_roots), os_spec=os_spec,
+        os_required=policy.isolation == "os", unavailable=unavailable,
+    )
+
+
+def cleanup(plan: Plan) -> None:
+    shutil.rmtree(plan.run_dir, ignore_errors=True)

@@ -1,0 +1,158 @@
+"""What the user asked for: a frozen, validated :class:`Policy`.
+
+A policy says nothing about the host; :mod:`pipguard.plan` resolves it against
+the host's facts. Empty allow-lists mean "nothing beyond the defaults":
+pipguard fails closed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Tuple
+
+from pipguard.errors import PolicyError, UsageError
+
+ISOLATION_LEVELS = ("auto", "audit", "os")
+
+
+@dataclass(frozen=True)
+class HostPort:
+    """A network destination the sandbox may reach (``--allow-host``).
+
+    ``port`` None means any port of that host.
+    """
+
+    host: str
+    port: Optional[int] = None
+
+    @classmethod
+    def parse(cls, text: str) -> "HostPort":
+        text = text.strip()
+        if not text:
+            raise UsageError("--allow-host needs HOST[:PORT], got an empty value")
+        host, port = text, None
+        if text.startswith("["):  # [::1]:443
+            end = text.find("]")
+            if end < 0:
+                raise UsageError(f"--allow-host {text!r}: unbalanced '['")
+            host, rest = text[1:end], text[end + 1 :]
+            if rest:
+                if not rest.startswith(":"):
+                    raise UsageError(f"--allow-host {text!r}: expected ':PORT' after ']'")
+                port = rest[1:]
+        elif text.count(":") == 1:
+            host, port = text.split(":")
+        if port is not None:
+            if not str(port).isdigit() or not 0 < int(port) < 65536:
+                raise UsageError(f"--allow-host {text!r}: port must be 1-65535")
+            port = int(port)
+        return cls(host=host, port=port)
+
+    def __str__(self) -> str:
+        shown = f"[{self.host}]" if ":" in self.host else self.host
+        return shown if self.port is None else f"{shown}:{self.port}"
+
+
+def _absolute_existing(paths: Tuple[str, ...], flag: str) -> Tuple[str, ...]:
+    out = []
+    for path in paths:
+        full = os.path.realpath(os.path.abspath(os.path.expanduser(str(path))))
+        if not os.path.exists(full):
+            raise UsageError(
+                f"{flag} {path}: no such file or directory",
+                hint="create it first, or fix the path",
+            )
+        out.append(full)
+    return tuple(dict.fromkeys(out))
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The sandbox policy for one run.
+
+    Defaults are the safe ones: no network, subprocesses allowed (builds need
+    compilers), writes only to the working directory and a private temp dir,
+    reads of home directories denied, the environment reduced to what a build
+    needs.
+
+    - ``allow_network``: True lifts the network ban entirely (destinations are
+      still recorded). False, with ``allow_hosts`` empty, means no network at all.
+    - ``allow_hosts``: only these destinations (used by ``install`` for the
+      package index); empty means none. Contradicts ``allow_network=True``.
+    - ``allow_subprocess``: False vetoes every process creation.
+    - ``allow_write`` / ``allow_read``: extra roots, beyond the working
+      directory (read-write) and the system directories (read-only). Empty
+      means no extra roots. Paths must exist.
+    - ``keep_env``: names of environment variables to pass through unchanged
+      beyond the built-in allow-list. Empty means the allow-list only.
+    - ``isolation``: ``auto`` (every layer the kernel has, degraded parts
+      recorded), ``os`` (fail if any OS-layer part is missing), ``audit``
+      (Python audit hooks only, for non-Linux hosts).
+    - ``timeout``: seconds; None means no limit.
+    - ``writable_cwd``: the working directory is the build dir and writable.
+    - ``observe_reads``: ask the supervisor to observe every ``open`` for
+      evidence of native reads (costly; Landlock blocks them either way).
+    """
+
+    allow_network: bool = False
+    allow_hosts: Tuple[HostPort, ...] = ()
+    allow_subprocess: bool = True
+    allow_write: Tuple[str, ...] = ()
+    allow_read: Tuple[str, ...] = ()
+    keep_env: Tuple[str, ...] = ()
+    isolation: str = "auto"
+    timeout: Optional[float] = None
+    writable_cwd: bool = True
+    observe_reads: bool = True
+    max_events: int = 10000
+    max_processes: int = 2048
+
+    def __post_init__(self) -> None:
+        if self.isolation not in ISOLATION_LEVELS:
+            raise PolicyError(
+                f"unknown isolation {self.isolation!r}",
+                hint=f"use one of: {', '.join(ISOLATION_LEVELS)}",
+            )
+        if self.allow_network and self.allow_hosts:
+            raise PolicyError(
+                "allow_network and allow_hosts contradict each other",
+                hint="--allow-network already allows every host; drop one of them",
+            )
+        if self.timeout is not None:
+            if isinstance(self.timeout, bool) or not isinstance(self.timeout, (int, float)):
+                raise PolicyError(f"timeout must be a number of seconds, got {self.timeout!r}")
+            if not self.timeout > 0:
+                raise PolicyError(f"timeout must be positive, got {self.timeout!r}")
+        for name in self.keep_env:
+            if not name or "=" in name:
+                raise PolicyError(f"--keep-env {name!r} is not a variable name")
+        if self.max_events < 1 or self.max_processes < 1:
+            raise PolicyError("max_events and max_processes must be at least 1")
+        hosts = tuple(h if isinstance(h, HostPort) else HostPort.parse(str(h)) for h in self.allow_hosts)
+        object.__setattr__(self, "allow_hosts", hosts)
+        object.__setattr__(self, "allow_write", _absolute_existing(tuple(self.allow_write), "--allow-write"))
+        object.__setattr__(self, "allow_read", _absolute_existing(tuple(self.allow_read), "--allow-read"))
+        object.__setattr__(self, "keep_env", tuple(self.keep_env))
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> "Policy":
+        """Build a policy from keyword settings; unknown keys are errors."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise PolicyError(
+                f"unknown policy setting(s): {', '.join(unknown)}",
+                hint=f"known settings: {', '.join(sorted(known))}",
+            )
+        return cls(**values)
+
+    def to_json(self) -> dict:
+        data = dataclasses.asdict(self)
+        data["allow_hosts"] = [str(h) for h in self.allow_hosts]
+        for key in ("allow_write", "allow_read", "keep_env"):
+            data[key] = list(data[key])
+        return data
+
+

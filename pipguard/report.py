@@ -1,0 +1,166 @@
+"""The evidence of one run: frozen report models, JSON form, atomic writing.
+
+Schema ``pipguard.report/1`` is a contract (DESIGN.md "Report contract",
+documented field by field in ``docs/report.md``). Add fields freely; never
+rename or drop one without bumping the schema.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional, Tuple
+
+from pipguard.errors import ReportWriteError
+
+SCHEMA = "pipguard.report/1"
+
+#: Event kinds (DESIGN.md).
+KINDS = ("file-read", "file-write", "network", "process", "signal", "syscall", "env")
+BLOCKED = "blocked"
+ALLOWED = "allowed"
+
+
+@dataclass(frozen=True)
+class Event:
+    """One thing a layer saw. ``layer`` is the first layer that reported it;
+    ``detail["seen_by"]`` lists every layer when several saw the same attempt."""
+
+    seq: int
+    time: float
+    kind: str
+    action: str
+    layer: str
+    pid: int
+    target: str
+    rule: str
+    detail: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def blocked(self) -> bool:
+        return self.action == BLOCKED
+
+
+@dataclass(frozen=True)
+class ProcessRecord:
+    pid: int
+    ppid: int
+    argv: Tuple[str, ...]
+    exit_code: Optional[int] = None  # negative: killed by that signal; None: unknown
+    killed_by_pipguard: bool = False
+
+
+@dataclass(frozen=True)
+class NetworkAttempt:
+    family: str  # inet, inet6, unix, netlink, packet, ...
+    protocol: str  # tcp, udp, dns, raw, ...
+    address: str
+    port: Optional[int]
+    host: Optional[str]
+    action: str
+    pid: int
+    layer: str = ""
+
+
+@dataclass(frozen=True)
+class FileWritten:
+    path: str
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class LayerStatus:
+    """What was asked, what the kernel applied, and what was missing (and why)."""
+
+    requested: str
+    applied: Tuple[str, ...] = ()
+    unavailable: Dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Report:
+    command: Tuple[str, ...]
+    exit_code: Optional[int]
+    timed_out: bool
+    isolation: LayerStatus
+    events: Tuple[Event, ...] = ()
+    processes: Tuple[ProcessRecord, ...] = ()
+    network: Tuple[NetworkAttempt, ...] = ()
+    files_written: Tuple[FileWritten, ...] = ()
+    env_removed: Tuple[str, ...] = ()
+    events_dropped: int = 0
+    policy: Dict[str, Any] = field(default_factory=dict)
+    host: Dict[str, Any] = field(default_factory=dict)
+    cwd: str = ""
+    started_at: float = 0.0
+    duration: float = 0.0
+    error: Optional[str] = None
+    tool_version: str = ""
+    schema: str = SCHEMA
+
+    @property
+    def blocked_events(self) -> Tuple[Event, ...]:
+        return tuple(e for e in self.events if e.blocked)
+
+    @property
+    def verdict(self) -> str:
+        """``error`` if the command never ran, ``blocked`` if anything was
+        blocked, else ``clean`` — observed clean in this run, not proven safe."""
+        if self.error is not None or self.exit_code is None:
+            return "error"
+        if self.blocked_events:
+            return "blocked"
+        return "clean"
+
+    def to_json(self) -> Dict[str, Any]:
+        data = _plain(self)
+        data["verdict"] = self.verdict
+        return data
+
+
+def _plain(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(x) for x in obj]
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    return obj
+
+
+def dumps(data: Dict[str, Any]) -> str:
+    return json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"
+
+
+def check_writable(path: str) -> str:
+    """Fail early (before running anything) if ``path`` cannot be written."""
+    full = os.path.abspath(os.path.expanduser(path))
+    parent = os.path.dirname(full) or "."
+    if os.path.isdir(full):
+        raise ReportWriteError(f"--report {path}: is a directory", hint="name a file")
+    if not os.path.isdir(parent):
+        raise ReportWriteError(f"--report {path}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ReportWriteError(f"--report {path}: directory {parent} is not writable")
+    return full
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Write via a temp file in the same directory and ``os.replace``: a
+    reader never sees half a report."""
+    full = os.path.abspath(path)
+    fd, tmp = tempfile.mkstemp(prefix=".pipguard-report-", dir=os.path.dirname(full))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, full)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise ReportWriteError(f"cannot write report {path}: {exc.strerror}") from exc

@@ -1,0 +1,138 @@
+"""The public sandbox API.
+
+``run(argv, policy)`` runs a command under the sandbox and returns the full
+:class:`~pipguard.report.Report`; ``run_sandboxed(argv, ...)`` is the seed
+design's call and returns the shell-style exit status.
+
+Data flows one way: policy -> plan -> launcher -> supervisor -> report.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+from typing import Callable, Mapping, Optional, Sequence
+
+import pipguard
+from pipguard import exitcodes, files
+from pipguard.errors import PipguardError
+from pipguard.plan import Plan, cleanup, make_plan
+from pipguard.policy import Policy
+from pipguard.report import Event, LayerStatus, ProcessRecord, Report
+
+__all__ = ["Policy", "Report", "run", "run_sandboxed"]
+
+
+def _os_layer_possible() -> "tuple[bool, str]":
+    if sys.platform != "linux":
+        return False, f"the OS layer needs Linux (this is {sys.platform})"
+    try:
+        import landlock  # noqa: F401
+        import pyseccomp  # noqa: F401
+    except ImportError as exc:
+        return False, f"missing Python package: {exc.name}"
+    return True, ""
+
+
+def _host_summary() -> dict:
+    return {"system": platform.system(), "release": platform.release(),
+            "machine": platform.machine(), "python": platform.python_version(),
+            "euid": os.geteuid() if hasattr(os, "geteuid") else None}
+
+
+def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None, record_build_dir: bool = False,
+        progress: Optional[Callable[[str], None]] = None) -> Report:
+    """Run ``argv`` in the sandbox described by ``policy`` (default: the safe
+    defaults of :class:`Policy`) and return the evidence report.
+
+    ``env`` is the environment to start from (default: ``os.environ``); it is
+    scrubbed to the allow-list either way. ``record_build_dir`` also hashes
+    files written in the working directory (off: only other writable roots).
+    Raises :class:`~pipguard.errors.PipguardError` for bad input or a missing
+    required layer — before anything ran.
+    """
+    policy = policy or Policy()
+    notify = progress or (lambda message: None)
+    argv = [os.fspath(a) for a in argv]
+    possible, reason = _os_layer_possible()
+    plan = make_plan(argv, policy, cwd=cwd, env=env, os_available=possible, os_reason=reason)
+    started_at = time.time()
+    try:
+        roots = [r for r in plan.write_roots if record_build_dir or r != plan.cwd]
+        before = files.snapshot(roots)
+        from pipguard import launcher
+        from pipguard.supervisor import Supervisor
+
+        notify(f"starting {' '.join(argv)[:80]}")
+        started = launcher.start(plan)
+        supervisor = Supervisor(plan, policy, started)
+        evidence = supervisor.run()
+        written = files.changed(before, files.snapshot(roots))
+        return _report(plan, policy, started, evidence, written, started_at)
+    finally:
+        cleanup(plan)
+
+
+def _report(plan: Plan, policy: Policy, started, evidence, written, started_at: float) -> Report:
+    applied = ["audit", *started.applied]
+    if started.listener is not None:
+        applied.append("supervisor")
+    unavailable = {**plan.unavailable, **started.unavailable}
+    if policy.isolation != "audit" and started.listener is None and "supervisor" not in unavailable \
+            and plan.os_spec is not None:
+        unavailable["supervisor"] = "seccomp user notification is unavailable"
+    processes = []
+    for key in evidence.process_order:
+        record = evidence.processes[key]
+        if key == plan_root(started):
+            record = ProcessRecord(record.pid, record.ppid, record.argv, evidence.exit_code,
+                                   bool(evidence.timed_out or evidence.interrupted))
+        elif record.pid in evidence.killed:
+            record = ProcessRecord(record.pid, record.ppid, record.argv, -9, True)
+        processes.append(record)
+    known = {p.pid for p in processes}
+    for pid in evidence.killed:
+        if pid not in known:
+            processes.append(ProcessRecord(pid, 0, (), -9, True))
+    error = None
+    if evidence.interrupted:
+        error = "interrupted: the sandbox was stopped by a signal to pipguard"
+    events = sorted(evidence.events, key=lambda e: (e.time, e.seq))
+    events = tuple(Event(i + 1, e.time, e.kind, e.action, e.layer, e.pid, e.target, e.rule, e.detail)
+                   for i, e in enumerate(events))
+    return Report(
+        command=tuple(plan.argv), exit_code=evidence.exit_code, timed_out=evidence.timed_out,
+        isolation=LayerStatus(policy.isolation, tuple(applied), unavailable),
+        events=events, processes=tuple(processes), network=tuple(evidence.network),
+        files_written=tuple(written), env_removed=plan.env_removed,
+        events_dropped=evidence.dropped, policy=policy.to_json(), host=_host_summary(),
+        cwd=plan.cwd, started_at=started_at, duration=round(time.time() - started_at, 4),
+        error=error, tool_version=pipguard.__version__,
+    )
+
+
+def plan_root(started) -> int:
+    return started.process.pid
+
+
+def run_sandboxed(argv: Sequence[str], *, allow_network: bool = False,
+                  allow_subprocess: bool = True, cwd: Optional[str] = None,
+                  timeout: Optional[float] = None, env: Optional[Mapping[str, str]] = None,
+                  **policy_settings) -> int:
+    """Run ``argv`` sandboxed and return its exit status, shell-style
+    (128+N when killed by signal N, 124 on timeout).
+
+    Extra keyword arguments are :class:`Policy` settings (``allow_write``,
+    ``allow_read``, ``keep_env``, ``isolation``...); unknown ones raise
+    :class:`~pipguard.errors.PolicyError`. For the evidence, use :func:`run`.
+    """
+    policy = Policy.from_mapping(dict(policy_settings, allow_network=allow_network,
+                                      allow_subprocess=allow_subprocess, timeout=timeout))
+    report = run(argv, policy, cwd=cwd, env=env)
+    return exitcodes.from_wait_status(report.exit_code, report.timed_out)
+
+
+__all__ += ["PipguardError"]

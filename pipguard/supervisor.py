@@ -1,0 +1,626 @@
+"""Watch one sandboxed run: merge the audit-hook event stream with seccomp
+notifications, answer notifications, enforce the timeout and the process
+limit, and kill every process the sandbox left behind.
+
+One thread, one ``selectors`` loop over three sources: the event FIFO, the
+seccomp listener, and a pidfd of the sandbox's first process.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import selectors
+import signal
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Set, Tuple
+
+from pipguard import notify
+from pipguard.launcher import Started
+from pipguard.plan import Plan
+from pipguard.policy import Policy
+from pipguard.report import ALLOWED, BLOCKED, Event, NetworkAttempt, ProcessRecord
+
+_AT_FDCWD = -100
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+_SAFE_WRITE_TARGETS = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty")
+_PR_SET_CHILD_SUBREAPER = 36
+_SCAN_INTERVAL = 0.05
+
+# Credential locations relative to a home directory (kept in step with the hook).
+_CREDENTIALS = (".ssh", ".aws", ".azure", ".config/gcloud", ".kube", ".docker/config.json",
+                ".pypirc", ".npmrc", ".netrc", ".git-credentials", ".config/gh", ".gnupg",
+                ".password-store", ".vault-token", ".mozilla", ".config/google-chrome",
+                ".config/chromium", ".bitcoin", ".ethereum", ".electrum", ".cargo/credentials",
+                ".cargo/credentials.toml", ".local/share/keyrings")
+_PROC_PRIVATE = frozenset(("environ", "cmdline", "mem", "maps", "fd", "auxv", "stack",
+                           "syscall", "smaps", "pagemap"))
+
+
+def _syscall_names() -> Dict[int, str]:
+    try:
+        import pyseccomp
+
+        names = {}
+        for nr in range(0, 460):
+            try:
+                raw = pyseccomp.resolve_syscall(pyseccomp.Arch.NATIVE, nr)
+            except Exception:
+                continue
+            if raw:
+                names[nr] = raw.decode() if isinstance(raw, bytes) else str(raw)
+        return names
+    except Exception:
+        return {}
+
+
+_NAMES: Dict[int, str] = {}
+
+
+def _deny_errno() -> Dict[str, int]:
+    try:
+        from pipguard.oslayer.seccomp import DENY_ERRNO
+
+        return dict(DENY_ERRNO)
+    except Exception:
+        return {}
+
+
+@dataclass
+class Evidence:
+    """What the supervisor collected (mutable while the run lasts)."""
+
+    events: List[Event] = field(default_factory=list)
+    processes: Dict[int, ProcessRecord] = field(default_factory=dict)
+    process_order: List[int] = field(default_factory=list)
+    network: List[NetworkAttempt] = field(default_factory=list)
+    dropped: int = 0
+    exit_code: Optional[int] = None
+    timed_out: bool = False
+    interrupted: Optional[str] = None
+    killed: List[int] = field(default_factory=list)
+
+
+class Supervisor:
+    def __init__(self, plan: Plan, policy: Policy, started: Started) -> None:
+        global _NAMES
+        if not _NAMES:
+            _NAMES = _syscall_names()
+        self.plan = plan
+        self.policy = policy
+        self.started = started
+        self.root_pid = started.process.pid
+        self.evidence = Evidence()
+        self.memory = notify.Memory()
+        self.deny_errno = _deny_errno()
+        self._seq = 0
+        self._t0 = time.time()
+        self._seen: Dict[Tuple, int] = {}
+        self._fifo_buf = b""
+        self._forks_since_scan = 0
+        self._live_at_scan = 1
+        self._last_scan = 0.0
+        self._root_exec_seen = False
+        self._write_roots = tuple(r.rstrip("/") for r in plan.write_roots)
+        self._read_roots = tuple(r.rstrip("/") for r in plan.read_roots)
+        self._homes = tuple(plan.homes) + (plan.home_dir,)
+        self._network = "all" if policy.allow_network else ("hosts" if policy.allow_hosts else "none")
+        self._allowed_ports = {h.port for h in policy.allow_hosts if h.port}
+        self.evidence.processes[self.root_pid] = ProcessRecord(
+            self.root_pid, os.getpid(), tuple(plan.argv))
+        self.evidence.process_order.append(self.root_pid)
+
+    # ----------------------------------------------------------------- events
+    def add_event(self, kind: str, action: str, layer: str, pid: int, target: str, rule: str,
+                  detail: Optional[dict] = None, when: Optional[float] = None) -> None:
+        key = (pid, kind, target, action)
+        index = self._seen.get(key)
+        if index is not None:
+            old = self.evidence.events[index]
+            seen_by = list(old.detail.get("seen_by", [old.layer]))
+            if layer not in seen_by:
+                seen_by.append(layer)
+                merged = dict(old.detail, seen_by=seen_by, **{k: v for k, v in (detail or {}).items()
+                                                              if k not in old.detail})
+                self.evidence.events[index] = Event(old.seq, old.time, old.kind, old.action,
+                                                    old.layer, old.pid, old.target, old.rule, merged)
+            return
+        if len(self.evidence.events) >= self.policy.max_events:
+            self.evidence.dropped += 1
+            return
+        self._seq += 1
+        detail = dict(detail or {})
+        detail.setdefault("seen_by", [layer])
+        self.evidence.events.append(Event(self._seq, when or time.time(), kind, action, layer,
+                                          pid, target, rule, detail))
+        self._seen[key] = len(self.evidence.events) - 1
+
+    def _add_network(self, family: str, protocol: str, address: str, port: Optional[int],
+                     host: Optional[str], action: str, pid: int, layer: str) -> None:
+        if len(self.evidence.network) >= self.policy.max_events:
+            self.evidence.dropped += 1
+            return
+        attempt = NetworkAttempt(family, protocol, address, port, host, action, pid, layer)
+        if attempt not in self.evidence.network:
+            self.evidence.network.append(attempt)
+
+    def _read_fifo(self, fd: int) -> None:
+        try:
+            data = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return
+        if not data:
+            return
+        self._fifo_buf += data
+        *lines, self._fifo_buf = self._fifo_buf.split(b"\n")
+        if len(self._fifo_buf) > 1 << 16:  # a writer that never ends a line
+            self._fifo_buf = b""
+            self.evidence.dropped += 1
+        for line in lines:
+            self._audit_event(line)
+
+    def _audit_event(self, line: bytes) -> None:
+        try:
+            raw = json.loads(line)
+            kind, action = str(raw["kind"]), str(raw["action"])
+            pid, target, rule = int(raw["pid"]), str(raw["target"]), str(raw["rule"])
+        except (ValueError, KeyError, TypeError):
+            self.evidence.dropped += 1  # malformed: the sandbox writes this channel too
+            return
+        if action not in (ALLOWED, BLOCKED):
+            self.evidence.dropped += 1
+            return
+        detail = dict(raw.get("detail") or {})
+        if raw.get("python"):
+            detail["python"] = str(raw["python"])
+        if raw.get("ppid"):
+            detail["ppid"] = raw["ppid"]
+        self.add_event(kind, action, "audit", pid, target, rule, detail,
+                       when=float(raw.get("time") or time.time()))
+        if kind == "network" and detail.get("op") in ("connect", "sendto", "sendmsg", "bind"):
+            self._add_network(str(detail.get("family", "")), str(detail.get("protocol", "")),
+                              str(detail.get("address", "")), detail.get("port"), None,
+                              action, pid, "audit")
+        elif kind == "network" and detail.get("protocol") == "dns":
+            self._add_network("dns", "dns", "", None, target, action, pid, "audit")
+
+    # --------------------------------------------------------- notifications
+    def _handle_notification(self, listener: int) -> None:
+        note = notify.receive(listener)
+        if note is None:
+            return
+        name = _NAMES.get(note.nr, f"syscall_{note.nr}")
+        handler = getattr(self, "_on_" + name, None)
+        try:
+            if handler is not None:
+                err = handler(note)
+            else:
+                err = self._on_denied(note, name)
+        except Exception as exc:  # never leave a syscall hanging on a supervisor bug
+            self.add_event("syscall", ALLOWED, "supervisor", note.pid, name, "supervisor-error",
+                           {"error": repr(exc)})
+            err = None
+        if err:
+            notify.respond_error(listener, note.id, err)
+        else:
+            notify.respond_continue(listener, note.id)
+
+    def _on_denied(self, note: notify.Notification, name: str) -> int:
+        err = self.deny_errno.get(name, errno.EPERM)
+        self.add_event("syscall", BLOCKED, "seccomp", note.pid, name, "syscall-denied",
+                       {"syscall": name, "errno": errno.errorcode.get(err, str(err)),
+                        "args": [hex(a) for a in note.args[:3]]})
+        return err
+
+    def _on_socket(self, note: notify.Notification) -> int:
+        family, stype = note.args[0], note.args[1] & 0xF
+        names = {1: "unix", 2: "inet", 10: "inet6", 16: "netlink", 17: "packet"}
+        fam = names.get(family, f"af{family}")
+        proto = {1: "stream", 2: "dgram", 3: "raw", 5: "seqpacket", 10: "packet"}.get(stype, str(stype))
+        target = f"socket({fam}, {proto})"
+        self.add_event("network", BLOCKED, "seccomp", note.pid, target, "socket-denied",
+                       {"syscall": "socket", "family": fam, "type": proto})
+        self._add_network(fam, proto, "", None, None, BLOCKED, note.pid, "seccomp")
+        return self.deny_errno.get("socket", errno.EPERM)
+
+    def _on_socketpair(self, note: notify.Notification) -> int:
+        return self._on_socket(note)
+
+    def _record_exec(self, note: notify.Notification, path: str, argv_addr: int) -> None:
+        argv = tuple(self.memory.string_array(note.pid, argv_addr)) or (path,)
+        self.memory.forget(note.pid)
+        ppid, _comm = notify.proc_stat(note.pid)
+        if note.pid == self.root_pid and not self._root_exec_seen:
+            self._root_exec_seen = True  # the launcher's own exec of the command
+            self.evidence.processes[note.pid] = ProcessRecord(note.pid, os.getpid(), argv)
+            return
+        # One record per pid: a re-exec (shell `exec`, pyenv shims) updates the
+        # argv; every exec is still an event of its own.
+        if note.pid not in self.evidence.processes:
+            self.evidence.process_order.append(note.pid)
+        else:
+            ppid = self.evidence.processes[note.pid].ppid or ppid
+        if len(self.evidence.processes) > self.policy.max_events:
+            self.evidence.dropped += 1
+            return
+        self.evidence.processes[note.pid] = ProcessRecord(note.pid, ppid, argv)
+        self.add_event("process", ALLOWED, "supervisor", note.pid, " ".join(argv)[:1000], "exec",
+                       {"argv": list(argv[:64]), "path": path, "ppid": ppid})
+
+    def _on_execve(self, note: notify.Notification) -> int:
+        path = self.memory.string(note.pid, note.args[0])
+        self._record_exec(note, path, note.args[1])
+        return 0
+
+    def _on_execveat(self, note: notify.Notification) -> int:
+        path = self.memory.string(note.pid, note.args[1])
+        self._record_exec(note, path, note.args[2])
+        return 0
+
+    def _on_exit_group(self, note: notify.Notification) -> int:
+        record = self.evidence.processes.get(note.pid)
+        if record is not None:
+            self.evidence.processes[note.pid] = ProcessRecord(
+                record.pid, record.ppid, record.argv, note.args[0] & 0xFF)
+        self.memory.forget(note.pid)
+        return 0
+
+    def _process_limit(self, note: notify.Notification) -> int:
+        now = time.monotonic()
+        if now - self._last_scan > _SCAN_INTERVAL:
+            self._live_at_scan = len(self.descendants())
+            self._forks_since_scan = 0
+            self._last_scan = now
+        self._forks_since_scan += 1
+        if self._live_at_scan + self._forks_since_scan > self.policy.max_processes:
+            self.add_event("process", BLOCKED, "supervisor", note.pid, "fork", "process-limit",
+                           {"limit": self.policy.max_processes})
+            return errno.EAGAIN
+        return 0
+
+    _on_fork = _on_vfork = _on_clone = _process_limit
+
+    # network ---------------------------------------------------------------
+    def _socket_protocol(self, pid: int, fd: int) -> str:
+        try:
+            dup = notify.take_fd(pid, fd)
+        except OSError:
+            return "?"
+        try:
+            s = socket.socket(fileno=dup)
+            try:
+                stype = s.getsockopt(socket.SOL_SOCKET, socket.SO_TYPE)
+            finally:
+                s.detach()
+            return {1: "tcp", 2: "udp", 3: "raw", 5: "seqpacket"}.get(stype, str(stype))
+        except OSError:
+            return "?"
+        finally:
+            os.close(dup)
+
+    def _network_decision(self, note: notify.Notification, op: str, addr: int, size: int,
+                          fd: int) -> int:
+        raw = self.memory.read(note.pid, addr, max(0, min(int(size), 128)))
+        family, address, port = notify.decode_sockaddr(raw)
+        if family == "unix":
+            return 0  # only socketpair() sockets exist in the sandbox: nothing leaves
+        protocol = self._socket_protocol(note.pid, fd) if op in ("connect", "bind") else "udp"
+        if port == 53:
+            protocol = "dns"
+        target = f"[{address}]:{port}" if family == "inet6" else f"{address}:{port}"
+        detail = {"syscall": op, "family": family, "protocol": protocol, "address": address,
+                  "port": port}
+        allowed = self._network == "all" or (
+            self._network == "hosts" and protocol == "tcp" and port in self._allowed_ports
+            and address in ("127.0.0.1", "::1"))
+        if op == "bind" and port == 0 and not allowed:
+            allowed = False
+        action = ALLOWED if allowed else BLOCKED
+        self.add_event("network", action, "supervisor", note.pid, target,
+                       "network-allowed" if allowed else "network-denied", detail)
+        self._add_network(family, protocol, address, port, None, action, note.pid, "supervisor")
+        return 0 if allowed else errno.EACCES
+
+    def _on_connect(self, note: notify.Notification) -> int:
+        return self._network_decision(note, "connect", note.args[1], note.args[2], note.args[0])
+
+    def _on_bind(self, note: notify.Notification) -> int:
+        return self._network_decision(note, "bind", note.args[1], note.args[2], note.args[0])
+
+    def _on_sendto(self, note: notify.Notification) -> int:
+        if not note.args[4]:
+            return 0
+        return self._network_decision(note, "sendto", note.args[4], note.args[5], note.args[0])
+
+    def _msghdr_name(self, pid: int, addr: int) -> Tuple[int, int]:
+        raw = self.memory.read(pid, addr, 16)
+        if len(raw) < 16:
+            return 0, 0
+        import struct
+
+        ptr, size = struct.unpack("=QI", raw[:12])
+        return ptr, size
+
+    def _on_sendmsg(self, note: notify.Notification) -> int:
+        ptr, size = self._msghdr_name(note.pid, note.args[1])
+        if not ptr:
+            return 0
+        return self._network_decision(note, "sendmsg", ptr, size, note.args[0])
+
+    def _on_sendmmsg(self, note: notify.Notification) -> int:
+        for i in range(min(int(note.args[2]), 64)):
+            ptr, size = self._msghdr_name(note.pid, note.args[1] + 64 * i)
+            if ptr:
+                err = self._network_decision(note, "sendmmsg", ptr, size, note.args[0])
+                if err:
+                    return err
+        return 0
+
+    # files -----------------------------------------------------------------
+    def _resolve(self, pid: int, dirfd: int, path: str) -> str:
+        if path.startswith("/proc/self/") or path == "/proc/self":
+            path = f"/proc/{pid}" + path[len("/proc/self"):]
+        elif path.startswith("/proc/thread-self"):
+            path = f"/proc/{pid}" + path[len("/proc/thread-self"):]
+        if not path.startswith("/"):
+            if dirfd == _AT_FDCWD:
+                base_link = f"/proc/{pid}/cwd"
+            else:
+                base_link = f"/proc/{pid}/fd/{dirfd}"
+            try:
+                base = os.readlink(base_link)
+            except OSError:
+                base = "/"
+            path = base.rstrip("/") + "/" + path
+        return os.path.realpath(path)
+
+    @staticmethod
+    def _under(path: str, roots) -> bool:
+        return any(path == r or path.startswith(r + "/") for r in roots)
+
+    def _credential(self, path: str) -> bool:
+        for home in self._homes:
+            if path.startswith(home + "/"):
+                rel = path[len(home) + 1:]
+                if any(rel == c or rel.startswith(c + "/") for c in _CREDENTIALS):
+                    return True
+        return path in ("/etc/shadow", "/etc/gshadow") or path.startswith("/etc/ssh/")
+
+    def _proc_other(self, path: str, pid: int) -> bool:
+        parts = path.split("/")
+        if len(parts) < 4 or parts[1] != "proc" or not parts[2].isdigit():
+            return False
+        other = int(parts[2])
+        if other == pid or other in self.evidence.processes:
+            return False
+        return parts[3] in _PROC_PRIVATE
+
+    def _file_decision(self, note: notify.Notification, dirfd: int, path_addr: int,
+                       flags: int) -> int:
+        raw = self.memory.string(note.pid, path_addr)
+        if not raw:
+            return 0
+        path = self._resolve(note.pid, dirfd, raw)
+        writing = bool(flags & _WRITE_FLAGS)
+        detail = {"syscall": "open", "path": raw, "flags": hex(flags)}
+        if writing:
+            if (self._under(path, self._write_roots) or path in _SAFE_WRITE_TARGETS
+                    or path.startswith(("/dev/pts/", "/proc/")) or path == self.plan.fifo):
+                if self._credential(path) and not path.startswith(self.plan.home_dir + "/"):
+                    pass
+                else:
+                    return 0
+            self.add_event("file-write", BLOCKED, "supervisor", note.pid, path,
+                           "write-outside-roots", detail)
+            return errno.EACCES
+        rule = None
+        if self._proc_other(path, note.pid):
+            rule = "proc-other-process"
+        elif self._credential(path):
+            rule = "secret-read"
+        elif self._under(path, self._homes) and not self._under(
+                path, self._read_roots + self._write_roots) and os.path.lexists(path):
+            # Only existing files: interpreters probe for absent files in
+            # their prefix (pyvenv.cfg...) and that reveals nothing.
+            rule = "home-read"
+        if rule is None:
+            return 0
+        self.add_event("file-read", BLOCKED, "supervisor", note.pid, path, rule, detail)
+        return errno.EACCES
+
+    def _on_open(self, note: notify.Notification) -> int:
+        return self._file_decision(note, _AT_FDCWD, note.args[0], note.args[1])
+
+    def _on_creat(self, note: notify.Notification) -> int:
+        return self._file_decision(note, _AT_FDCWD, note.args[0], os.O_CREAT | os.O_WRONLY)
+
+    def _on_openat(self, note: notify.Notification) -> int:
+        dirfd = note.args[0] & 0xFFFFFFFF
+        dirfd = dirfd - (1 << 32) if dirfd >= 1 << 31 else dirfd
+        return self._file_decision(note, dirfd, note.args[1], note.args[2])
+
+    def _on_openat2(self, note: notify.Notification) -> int:
+        import struct
+
+        raw = self.memory.read(note.pid, note.args[2], 8)
+        flags = struct.unpack("=Q", raw)[0] if len(raw) == 8 else 0
+        dirfd = note.args[0] & 0xFFFFFFFF
+        dirfd = dirfd - (1 << 32) if dirfd >= 1 << 31 else dirfd
+        return self._file_decision(note, dirfd, note.args[1], flags)
+
+    # --------------------------------------------------------------- lifetime
+    def descendants(self) -> Set[int]:
+        """Every live process of the sandbox: the tree under its first process,
+        orphans re-parented to us (we are a subreaper), and its session."""
+        children: Dict[int, List[int]] = {}
+        sessions: Dict[int, int] = {}
+        me = os.getpid()
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as fh:
+                    data = fh.read()
+            except OSError:
+                continue
+            fields = data[data.rfind(b")") + 2:].split()
+            if fields[0] == b"Z":
+                continue
+            pid, ppid, sid = int(entry), int(fields[1]), int(fields[3])
+            children.setdefault(ppid, []).append(pid)
+            sessions[pid] = sid
+        found: Set[int] = set()
+        todo = [self.root_pid] + [p for p in children.get(me, []) if p != self.root_pid
+                                  and p in self._adopted_candidates(sessions)]
+        todo += [p for p, s in sessions.items() if s == self.root_pid]
+        while todo:
+            pid = todo.pop()
+            if pid in found or pid == me:
+                continue
+            if pid in sessions:
+                found.add(pid)
+            todo.extend(children.get(pid, ()))
+        return found
+
+    def _adopted_candidates(self, sessions: Dict[int, int]) -> Set[int]:
+        # Orphans re-parented to us are in the sandbox's session, or started
+        # a session of their own (setsid), unlike children of our caller.
+        me_sid = os.getsid(0)
+        return {p for p, s in sessions.items() if s != me_sid}
+
+    def kill_all(self) -> None:
+        for _ in range(100):
+            alive = self.descendants()
+            if not alive:
+                return
+            for pid in alive:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    continue
+                if pid != self.root_pid and pid not in self.evidence.killed:
+                    self.evidence.killed.append(pid)
+            self._reap()
+            time.sleep(0.005)
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, _status = os.waitpid(-1, os.WNOHANG | getattr(os, "__WALL", 0x40000000))
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid == self.root_pid:
+                self._root_status = _status
+
+    # ------------------------------------------------------------------- loop
+    def run(self) -> Evidence:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        self._root_status: Optional[int] = None
+        fifo = os.open(self.plan.fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        keepalive = os.open(self.plan.fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        pidfd = os.pidfd_open(self.root_pid) if hasattr(os, "pidfd_open") else None
+        sel = selectors.DefaultSelector()
+        sel.register(fifo, selectors.EVENT_READ, "fifo")
+        listener = self.started.listener
+        if listener is not None:
+            sel.register(listener, selectors.EVENT_READ, "notify")
+        if pidfd is not None:
+            sel.register(pidfd, selectors.EVENT_READ, "exit")
+        deadline = None if self.policy.timeout is None else time.monotonic() + self.policy.timeout
+        try:
+            root_done = False
+            while not root_done:
+                wait = 0.2 if pidfd is None else None
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        self.evidence.timed_out = True
+                        break
+                    wait = left if wait is None else min(wait, left)
+                try:
+                    ready = sel.select(wait)
+                except KeyboardInterrupt:
+                    self.evidence.interrupted = "interrupted"
+                    break
+                for key, _mask in ready:
+                    if key.data == "fifo":
+                        self._read_fifo(fifo)
+                    elif key.data == "notify":
+                        try:
+                            self._handle_notification(listener)
+                        except OSError:
+                            sel.unregister(listener)
+                    elif key.data == "exit":
+                        root_done = True
+                if pidfd is None and self.started.process.poll() is not None:
+                    root_done = True
+            # The first process is gone (or time is up): nothing of the sandbox
+            # may outlive it. Keep answering notifications while we kill, so no
+            # process hangs in a notified syscall.
+            self._kill_answering(sel, listener, fifo)
+        finally:
+            if listener is not None:
+                os.close(listener)
+            self._read_fifo(fifo)
+            os.close(keepalive)
+            self._drain(fifo)
+            os.close(fifo)
+            if pidfd is not None:
+                os.close(pidfd)
+            self.memory.close()
+            sel.close()
+        status = self.started.process.wait() if self._root_status is None else None
+        if self._root_status is not None:
+            code = os.waitstatus_to_exitcode(self._root_status) if hasattr(
+                os, "waitstatus_to_exitcode") else (self._root_status >> 8)
+        else:
+            code = status
+        self.evidence.exit_code = code
+        return self.evidence
+
+    def _kill_answering(self, sel, listener, fifo) -> None:
+        for _ in range(200):
+            alive = self.descendants()
+            if not alive:
+                break
+            if self.evidence.timed_out or self.evidence.interrupted or alive - {self.root_pid}:
+                for pid in alive:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        continue
+                    if pid != self.root_pid and pid not in self.evidence.killed:
+                        self.evidence.killed.append(pid)
+                    elif pid == self.root_pid and not self.evidence.interrupted:
+                        pass
+            for key, _mask in sel.select(0.01):
+                if key.data == "notify":
+                    try:
+                        self._handle_notification(listener)
+                    except OSError:
+                        pass
+                elif key.data == "fifo":
+                    self._read_fifo(fifo)
+            self._reap()
+        self._reap()
+
+    def _drain(self, fifo: int) -> None:
+        while True:
+            try:
+                data = os.read(fifo, 1 << 16)
+            except (BlockingIOError, OSError):
+                break
+            if not data:
+                break
+            self._fifo_buf += data
+            *lines, self._fifo_buf = self._fifo_buf.split(b"\n")
+            for line in lines:
+                self._audit_event(line)

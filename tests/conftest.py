@@ -1,0 +1,150 @@
+"""Shared fixtures for pipguard's tests.
+
+Safety rules every fixture here enforces:
+- HOME is a throw-away directory with planted FAKE secrets (``fake_home``); real ones are never read.
+- Network only on loopback, to listeners a fixture starts and stops (``loopback_tcp`` ...).
+- The package index is used once per session, to fill the ``wheelhouse`` cache; builds run with
+  ``--no-index --find-links <wheelhouse>`` and with this machine's pip config neutralised.
+- Tests needing a kernel feature are gated by probed capabilities (``support.requires_*``); with
+  ``PIPGUARD_REQUIRE_ALL_LAYERS=1`` a missing capability fails instead of skipping.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import support  # noqa: E402
+from support import gates as _caps  # noqa: E402
+
+# The corpus and helpers are data for tests, not tests (a corpus setup.py must never be imported).
+collect_ignore = ["packages", "helpers"]
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "requires(cap, abi=None): needs a probed capability (landlock, seccomp, seccomp_user_notif, "
+        "root, userns, netns, ipv6_loopback, gcc, linux); skipped when missing, failed when "
+        "PIPGUARD_REQUIRE_ALL_LAYERS=1",
+    )
+
+
+def pytest_report_header(config):
+    strict = " (PIPGUARD_REQUIRE_ALL_LAYERS=1: missing = failure)" if _caps.strict() else ""
+    return f"pipguard capabilities{strict}:\n" + _caps.describe()
+
+
+def pytest_runtest_setup(item):
+    for mark in item.iter_markers("requires"):
+        for cap in mark.args:
+            _caps.need(cap, **mark.kwargs)
+
+
+# --- fake home ---------------------------------------------------------------------------------
+
+@pytest.fixture
+def fake_home_factory():
+    """``make(owner_uid=None, owner_gid=None) -> FakeHome``; every home is removed at teardown."""
+    made = []
+
+    def make(owner_uid=None, owner_gid=None):
+        fh = support.make_fake_home(owner_uid=owner_uid, owner_gid=owner_gid)
+        made.append(fh)
+        return fh
+
+    yield make
+    for fh in made:
+        support.remove_fake_home(fh)
+
+
+@pytest.fixture
+def fake_home(fake_home_factory):
+    """A fresh fake HOME (``FakeHome``: ``.path``, ``.secrets``, ``.markers``, ``.env()``)."""
+    return fake_home_factory()
+
+
+# --- loopback listeners ------------------------------------------------------------------------
+
+def _listener(cls, host):
+    sink = cls(host).start()
+    try:
+        yield sink
+    finally:
+        sink.stop()
+
+
+@pytest.fixture
+def loopback_tcp():
+    """TCP listener on 127.0.0.1:<ephemeral>: ``.port``, ``.address``, ``.received`` (bytes per connection)."""
+    yield from _listener(support.TcpSink, "127.0.0.1")
+
+
+@pytest.fixture
+def loopback_udp():
+    """UDP listener on 127.0.0.1:<ephemeral>: ``.port``, ``.address``, ``.received`` (one bytes per datagram)."""
+    yield from _listener(support.UdpSink, "127.0.0.1")
+
+
+@pytest.fixture
+def loopback_tcp6():
+    """Like ``loopback_tcp`` on ``::1``; skipped when ::1 is unusable."""
+    support.need("ipv6_loopback")
+    yield from _listener(support.TcpSink, "::1")
+
+
+@pytest.fixture
+def loopback_udp6():
+    """Like ``loopback_udp`` on ``::1``; skipped when ::1 is unusable."""
+    support.need("ipv6_loopback")
+    yield from _listener(support.UdpSink, "::1")
+
+
+# --- builds --------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def wheelhouse() -> Path:
+    """Directory of pinned build wheels (``support.PINS``), downloaded once and cached; use with
+    ``--no-index --find-links``. Skips if it cannot be filled (fails under PIPGUARD_REQUIRE_ALL_LAYERS=1)."""
+    try:
+        return support.ensure_wheelhouse()
+    except support.WheelhouseUnavailable as exc:
+        msg = f"offline wheelhouse unavailable: {exc}"
+        if _caps.strict():
+            pytest.fail(msg, pytrace=False)
+        pytest.skip(msg)
+
+
+@pytest.fixture
+def corpus_sdist(tmp_path):
+    """``make(name) -> Path``: a real sdist of ``tests/packages/<name>`` built in ``tmp_path/sdists``."""
+    def make(name):
+        return support.build_sdist(support.project(name), tmp_path / "sdists")
+    return make
+
+
+# --- try-one-action helper -----------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def try_one_bin() -> Path:
+    """``tests/helpers/try_one.c`` compiled once per session into a 0o755 temp dir outside pytest's
+    0o700 basetemp, so ``run_as_nobody`` can execute it too."""
+    support.need("gcc")
+    out = tempfile.mkdtemp(prefix="pipguard-try-one-")
+    os.chmod(out, 0o755)
+    try:
+        yield support.compile_try_one(out)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def try_one_py() -> list:
+    """argv prefix running ``tests/helpers/try_one.py`` with this interpreter (``-I``)."""
+    return support.try_one_py_argv()

@@ -1,0 +1,1 @@
+"""Hostile pipguard test-corpus package bashrc_persist (payload runs at build time)."""

@@ -1,0 +1,1 @@
+"""Hostile pipguard test-corpus package env_grandchild (payload runs at build time)."""

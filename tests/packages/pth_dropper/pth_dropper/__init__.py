@@ -1,0 +1,1 @@
+"""Hostile pipguard test-corpus package pth_dropper (payload runs at build time)."""

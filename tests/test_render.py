@@ -1,0 +1,365 @@
+"""Renderers are pure functions of a Report, so the tests build Reports directly."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from pipguard.errors import UsageError
+from pipguard.render import FORMATS, get, printable
+from pipguard.render import json as json_render
+from pipguard.render import sarif, table
+from pipguard.report import (
+    SCHEMA,
+    Event,
+    FileWritten,
+    LayerStatus,
+    NetworkAttempt,
+    ProcessRecord,
+    Report,
+)
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+ISOLATION = LayerStatus("auto", ("os", "audit"), {"supervisor": "no seccomp user notification"})
+
+
+def make(**kw) -> Report:
+    base = dict(
+        command=("python", "setup.py", "bdist_wheel"),
+        exit_code=0,
+        timed_out=False,
+        isolation=ISOLATION,
+        tool_version="0.1.0",
+        cwd="/tmp/build",
+        started_at=1700000000.0,
+        duration=2.5,
+    )
+    base.update(kw)
+    return Report(**base)
+
+
+def ev(seq, kind="file-read", action="blocked", target="/home/u/.ssh/id_rsa", pid=43,
+       rule="secrets", layer="os", **detail) -> Event:
+    return Event(seq, float(seq), kind, action, layer, pid, target, rule, detail)
+
+
+PROCS = (
+    ProcessRecord(42, 1, ("/usr/bin/python3", "setup.py", "bdist_wheel"), 1),
+    ProcessRecord(43, 42, ("/bin/sh", "-c", "cat ~/.ssh/id_rsa"), -9, True),
+)
+
+
+@pytest.fixture
+def blocked_report() -> Report:
+    return make(
+        exit_code=1,
+        events=(
+            ev(3, "network", target="evil.example:443", pid=42, rule="no-network",
+               python="/tmp/build/setup.py:12", seen_by=["audit", "os"]),
+            ev(1),
+            ev(2, "file-write", "allowed", "/tmp/build/out.o", rule=""),
+        ),
+        processes=PROCS,
+        network=(NetworkAttempt("inet", "tcp", "93.184.216.34", 443, "evil.example", "blocked", 42),),
+        files_written=(FileWritten("/tmp/build/out.o", "0123456789abcdef" * 4, 2048),),
+        env_removed=("AWS_SECRET_ACCESS_KEY", "GITHUB_TOKEN"),
+    )
+
+
+# -- registry ----------------------------------------------------------------
+
+
+def test_formats_and_get():
+    assert FORMATS == ("table", "json", "sarif")
+    assert get("table") is table.render
+    assert get("json") is json_render.render
+    assert get("sarif") is sarif.render
+
+
+def test_get_unknown_is_usage_error():
+    with pytest.raises(UsageError) as info:
+        get("xml")
+    assert "xml" in info.value.message
+    assert "table, json, sarif" in info.value.hint
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_renderers_are_pure_and_deterministic(fmt, blocked_report, capsys):
+    render = get(fmt)
+    first = render(blocked_report)
+    assert first == render(blocked_report)
+    assert first.endswith("\n")
+    out = capsys.readouterr()
+    assert out.out == "" and out.err == ""
+
+
+# -- json --------------------------------------------------------------------
+
+
+def test_json_is_to_json(blocked_report):
+    data = json.loads(json_render.render(blocked_report))
+    assert data == json.loads(json.dumps(blocked_report.to_json()))
+    assert data["schema"] == SCHEMA
+    assert data["verdict"] == "blocked"
+    assert json_render.render(blocked_report, color=True) == json_render.render(blocked_report)
+
+
+# -- table -------------------------------------------------------------------
+
+
+def test_table_clean_headline():
+    out = table.render(make(processes=PROCS[:1]))
+    head = out.splitlines()[0]
+    assert head.startswith("pipguard: CLEAN")
+    assert "exit 0" in head
+    assert "isolation: os, audit (requested auto)" in head
+    assert "unavailable: supervisor: no seccomp user notification" in head
+    assert "observed clean in this run is evidence, not proof" in head
+    assert "Blocked" not in out
+    assert "Network" not in out and "Files written" not in out and "Environment" not in out
+    assert "Processes (1):" in out
+    assert not ANSI.search(out)
+
+
+def test_table_clean_color_is_green():
+    out = table.render(make(), color=True)
+    assert "\x1b[32m" in out and "\x1b[31m" not in out
+    assert ANSI.sub("", out) == table.render(make())
+
+
+def test_table_blocked_sections_in_order(blocked_report):
+    out = table.render(blocked_report)
+    head = out.splitlines()[0]
+    assert head.startswith("pipguard: BLOCKED (2 attempts)")
+    assert "evidence, not proof" not in head
+    titles = [line for line in out.splitlines() if line.endswith(":") and "(" in line]
+    assert [t.split(" (")[0] for t in titles] == [
+        "Blocked", "Processes", "Network", "Files written", "Environment variables removed",
+    ]
+    assert out.index("Blocked (2):") < out.index("Processes (2):")
+    assert not ANSI.search(out)
+
+
+def test_blocked_rows_content(blocked_report):
+    out = table.blocked_table(blocked_report.events, blocked_report.processes)
+    lines = out.splitlines()
+    assert lines[0] == "Blocked (2):"
+    assert lines[1].split() == ["kind", "target", "process", "layer", "rule", "python"]
+    rows = lines[3:]
+    assert len(rows) == 2  # the allowed event is not listed
+    # seq order, not report order
+    assert rows[0].split() == ["file-read", "/home/u/.ssh/id_rsa", "43", "(sh)", "os", "secrets"]
+    assert rows[1].split() == [
+        "network", "evil.example:443", "42", "(python3)", "audit,os", "no-network",
+        "/tmp/build/setup.py:12",
+    ]
+
+
+def test_blocked_table_reusable_without_python_column_or_process():
+    out = table.blocked_table([ev(1, pid=999), ev(2, action="allowed")], [])
+    assert "python" not in out
+    assert out.splitlines()[3].split() == ["file-read", "/home/u/.ssh/id_rsa", "999", "os", "secrets"]
+    assert table.blocked_table([ev(1, action="allowed")], PROCS) == ""
+    assert table.blocked_table([], []) == ""
+
+
+def test_table_blocked_color(blocked_report):
+    out = table.render(blocked_report, color=True)
+    assert "\x1b[31m" in out
+    assert "\x1b[32m" not in out
+    assert "\x1b[31mfile-read\x1b[0m" in out
+
+
+def test_table_other_rows(blocked_report):
+    out = table.render(blocked_report)
+    assert "signal 9 (SIGKILL), killed by pipguard" in out
+    assert "/bin/sh -c 'cat ~/.ssh/id_rsa'" in out
+    assert "evil.example/93.184.216.34:443" in out
+    assert ["/tmp/build/out.o", "2048", "0123456789ab"] in [line.split() for line in out.splitlines()]
+    assert "AWS_SECRET_ACCESS_KEY, GITHUB_TOKEN" in out
+
+
+def test_table_timed_out():
+    out = table.render(make(exit_code=-9, timed_out=True, duration=30.0))
+    head = out.splitlines()[0]
+    assert head.startswith("pipguard: CLEAN")
+    assert "timed out after 30.0s, killed by signal 9 (SIGKILL)" in head
+
+
+def test_table_signal():
+    head = table.render(make(exit_code=-11)).splitlines()[0]
+    assert "killed by signal 11 (SIGSEGV)" in head
+    assert "timed out" not in head
+
+
+def test_table_error_never_started():
+    out = table.render(make(exit_code=None, error="python: command not found"), color=True)
+    head = out.splitlines()[0]
+    assert "ERROR" in head and "not run: python: command not found" in head
+    assert "\x1b[33m" in head
+    assert "evidence, not proof" not in head
+
+
+def test_table_dropped_events():
+    assert "1 further event dropped" in table.render(make(events_dropped=1))
+    assert "7 further events dropped" in table.render(make(events_dropped=7)).splitlines()[-1]
+    assert "dropped" not in table.render(make())
+
+
+def test_table_no_isolation_applied():
+    head = table.render(make(isolation=LayerStatus("audit"))).splitlines()[0]
+    assert "isolation: none (requested audit)" in head
+    assert "unavailable" not in head
+
+
+def test_table_long_tables_are_bounded():
+    events = tuple(ev(i, target=f"/secret/{i}") for i in range(120))
+    procs = tuple(ProcessRecord(i, 1, ("/bin/true",) + ("x" * 50,) * 4, 0) for i in range(1000, 1060))
+    env = tuple(f"VAR_{i}" for i in range(70))
+    out = table.render(make(events=events, processes=procs, env_removed=env))
+    assert "Blocked (120):" in out
+    assert "/secret/49" in out and "/secret/50" not in out
+    assert "… and 70 more (see --report)" in out
+    assert "Processes (60):" in out
+    assert "… and 10 more (see --report)" in out
+    assert "VAR_49," in out and "VAR_50" not in out
+    assert "… and 20 more (see --report)" in out
+    for line in out.splitlines():
+        if line.startswith("1000 "):
+            argv = line.split(None, 3)[3]
+            assert len(argv) == table.MAX_CELL and argv.endswith("…")
+    assert len(out.splitlines()) < 150
+
+
+def test_table_escapes_untrusted_text():
+    nasty = "/tmp/\x1b[2J\rok\u202eevil"
+    out = table.render(make(
+        events=(ev(1, target=nasty),),
+        processes=(ProcessRecord(43, 1, ("/bin/\x1b[31msh",), 0),),
+    ))
+    assert "\x1b" not in out and "\r" not in out and "\u202e" not in out
+    assert "/tmp/\\x1b[2J\\x0dok\\u202eevil" in out
+    assert printable("plain text") == "plain text"
+    assert printable("\U000e0001") == "\\U000e0001"
+
+
+# -- sarif -------------------------------------------------------------------
+
+
+def _sarif(report: Report) -> dict:
+    return json.loads(sarif.render(report))
+
+
+def test_sarif_structure(blocked_report):
+    log = _sarif(blocked_report)
+    assert log["$schema"] == "https://json.schemastore.org/sarif-2.1.0.json"
+    assert log["version"] == "2.1.0"
+    assert len(log["runs"]) == 1
+    run = log["runs"][0]
+    driver = run["tool"]["driver"]
+    assert driver["name"] == "pipguard"
+    assert driver["version"] == "0.1.0"
+    assert driver["informationUri"].startswith("https://")
+    rule_ids = [r["id"] for r in driver["rules"]]
+    assert rule_ids == sorted(rule_ids) == ["no-network", "secrets"]
+    for rule in driver["rules"]:
+        assert rule["shortDescription"]["text"]
+        assert rule["help"]["text"]
+        assert rule["defaultConfiguration"] == {"level": "error"}
+    results = run["results"]
+    assert len(results) == len(blocked_report.blocked_events) == 2
+    for res in results:
+        assert res["ruleId"] in rule_ids
+        assert rule_ids[res["ruleIndex"]] == res["ruleId"]
+        assert res["level"] == "error"
+        assert res["message"]["text"]
+        assert len(res["locations"]) == 1
+    assert [r["properties"]["seq"] for r in results] == [1, 3]
+
+
+def test_sarif_result_content(blocked_report):
+    first, second = _sarif(blocked_report)["runs"][0]["results"]
+    assert first["message"]["text"] == "Blocked file-read of /home/u/.ssh/id_rsa by pid 43 (sh) [os]"
+    assert first["locations"][0]["logicalLocations"][0]["fullyQualifiedName"] == "pid 43 (sh)"
+    assert first["properties"] == {
+        "seq": 1, "pid": 43, "layer": "os", "kind": "file-read", "target": "/home/u/.ssh/id_rsa",
+    }
+    assert second["message"]["text"] == (
+        "Blocked network of evil.example:443 by pid 42 (python3) [os]"
+    )
+    phys = second["locations"][0]["physicalLocation"]
+    assert phys["artifactLocation"]["uri"] == "file:///tmp/build/setup.py"
+    assert phys["region"]["startLine"] == 12
+    assert second["properties"]["python"] == "/tmp/build/setup.py:12"
+    assert second["properties"]["seen_by"] == ["audit", "os"]
+
+
+def test_sarif_python_locations():
+    report = make(exit_code=1, events=(
+        ev(1, python="build/setup.py:7"),
+        ev(2, python="<string>:3"),
+        ev(3, python="/a b/setup.py"),
+        ev(4, rule=""),
+    ))
+    run = _sarif(report)["runs"][0]
+    locs = [r["locations"][0] for r in run["results"]]
+    assert locs[0]["physicalLocation"] == {
+        "artifactLocation": {"uri": "build/setup.py", "uriBaseId": "CWD"},
+        "region": {"startLine": 7},
+    }
+    assert run["originalUriBaseIds"] == {"CWD": {"uri": "file:///tmp/build/"}}
+    assert "logicalLocations" in locs[1]  # <string> is not a file
+    assert locs[2]["physicalLocation"] == {"artifactLocation": {"uri": "file:///a%20b/setup.py"}}
+    assert run["results"][3]["ruleId"] == sarif.UNNAMED_RULE
+    assert sarif.UNNAMED_RULE in [r["id"] for r in run["tool"]["driver"]["rules"]]
+
+
+def test_sarif_clean():
+    log = _sarif(make(events=(ev(1, action="allowed"),)))
+    run = log["runs"][0]
+    assert run["results"] == []
+    assert run["tool"]["driver"]["rules"] == []
+    assert "originalUriBaseIds" not in run
+    inv = run["invocations"][0]
+    assert inv == {
+        "executionSuccessful": True,
+        "commandLine": "python setup.py bdist_wheel",
+        "exitCode": 0,
+        "startTimeUtc": "2023-11-14T22:13:20.000Z",
+        "endTimeUtc": "2023-11-14T22:13:22.500Z",
+        "properties": {"timedOut": False, "rawExitCode": 0},
+    }
+    assert run["properties"]["verdict"] == "clean"
+
+
+def test_sarif_timed_out_and_signal():
+    inv = _sarif(make(exit_code=-9, timed_out=True))["runs"][0]["invocations"][0]
+    assert inv["exitCode"] == 124
+    assert inv["exitSignalNumber"] == 9 and inv["exitSignalName"] == "SIGKILL"
+    assert inv["exitCodeDescription"] == "timed out"
+    assert inv["properties"] == {"timedOut": True, "rawExitCode": -9}
+    inv = _sarif(make(exit_code=-15))["runs"][0]["invocations"][0]
+    assert inv["exitCode"] == 143 and inv["exitSignalName"] == "SIGTERM"
+    assert "exitCodeDescription" not in inv
+
+
+def test_sarif_error():
+    log = _sarif(make(exit_code=None, error="cannot exec", tool_version="", command=("a b", "c")))
+    run = log["runs"][0]
+    inv = run["invocations"][0]
+    assert inv["executionSuccessful"] is False
+    assert "exitCode" not in inv
+    assert inv["commandLine"] == "'a b' c"
+    assert inv["toolExecutionNotifications"][0]["message"]["text"] == "cannot exec"
+    assert "version" not in run["tool"]["driver"]
+    assert run["properties"]["verdict"] == "error"
+
+
+def test_sarif_dropped_and_escaped():
+    run = _sarif(make(events=(ev(1, target="/x\x1b[2J"),), events_dropped=4))["runs"][0]
+    assert run["properties"]["eventsDropped"] == 4
+    res = run["results"][0]
+    assert "\x1b" not in res["message"]["text"]
+    assert res["properties"]["target"] == "/x\x1b[2J"  # raw evidence kept
