@@ -79,11 +79,12 @@ class Plan:
     unavailable: Dict[str, str] = field(default_factory=dict)
 
 
-def home_directories() -> Tuple[str, ...]:
+def home_directories(env: Optional[Mapping[str, str]] = None) -> Tuple[str, ...]:
     """Every home directory on this host: the caller's ($HOME and passwd),
     /root, /home, and passwd homes under them."""
     homes = {"/root", "/home"}
-    for value in (os.environ.get("HOME"), os.path.expanduser("~")):
+    env = os.environ if env is None else env
+    for value in (env.get("HOME"), os.environ.get("HOME"), os.path.expanduser("~")):
         if value and value != "/":
             homes.add(os.path.realpath(value))
     try:
@@ -177,7 +178,7 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
         raise UsageError(f"working directory {cwd} does not exist")
     source_env = dict(os.environ if env is None else env)
     executable = resolve_command(argv, source_env.get("PATH"), cwd)
-    homes = home_directories()
+    homes = home_directories(source_env)
     if policy.writable_cwd and (cwd in UNSAFE_CWD or any(h == cwd or h.startswith(cwd + "/") for h in homes)):
         raise UsageError(
             f"refusing to make {cwd} writable for the sandbox: it is or contains system or home directories",

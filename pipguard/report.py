@@ -22,6 +22,9 @@ SCHEMA = "pipguard.report/1"
 KINDS = ("file-read", "file-write", "network", "process", "signal", "syscall", "env")
 BLOCKED = "blocked"
 ALLOWED = "allowed"
+#: Blocked, reported, but not a finding: refusals that ordinary tools trigger
+#: (urllib3 probes IPv6 by binding ::1 port 0). They do not make the verdict.
+INFORMATIONAL_RULES = frozenset(("loopback-bind",))
 
 
 @dataclass(frozen=True)
@@ -104,7 +107,8 @@ class Report:
 
     @property
     def blocked_events(self) -> Tuple[Event, ...]:
-        return tuple(e for e in self.events if e.blocked)
+        """Blocked attempts that count as findings (informational rules excluded)."""
+        return tuple(e for e in self.events if e.blocked and e.rule not in INFORMATIONAL_RULES)
 
     @property
     def verdict(self) -> str:

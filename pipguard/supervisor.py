@@ -28,6 +28,7 @@ _AT_FDCWD = -100
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 _SAFE_WRITE_TARGETS = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty")
 _PR_SET_CHILD_SUBREAPER = 36
+_MSG_FASTOPEN = 0x20000000
 _SCAN_INTERVAL = 0.05
 
 # Credential locations relative to a home directory (kept in step with the hook).
@@ -305,22 +306,28 @@ class Supervisor:
                           fd: int) -> int:
         raw = self.memory.read(note.pid, addr, max(0, min(int(size), 128)))
         family, address, port = notify.decode_sockaddr(raw)
-        if family == "unix":
+        if family == "unix" and self._network == "all":
             return 0  # only socketpair() sockets exist in the sandbox: nothing leaves
+        if self._network == "none":
+            # Refuse whatever the memory said: the decision must not depend on
+            # bytes another thread can change after we read them.
+            family = family if family != "unix" else "unix"
         protocol = self._socket_protocol(note.pid, fd) if op in ("connect", "bind") else "udp"
         if port == 53:
             protocol = "dns"
         target = f"[{address}]:{port}" if family == "inet6" else f"{address}:{port}"
         detail = {"syscall": op, "family": family, "protocol": protocol, "address": address,
                   "port": port}
-        allowed = self._network == "all" or (
+        allowed = self._network == "all" or (family != "unix" and
             self._network == "hosts" and protocol == "tcp" and port in self._allowed_ports
             and address in ("127.0.0.1", "::1"))
         if op == "bind" and port == 0 and not allowed:
             allowed = False
         action = ALLOWED if allowed else BLOCKED
-        self.add_event("network", action, "supervisor", note.pid, target,
-                       "network-allowed" if allowed else "network-denied", detail)
+        rule = "network-allowed" if allowed else "network-denied"
+        if op == "bind" and not allowed and address in ("127.0.0.1", "::1", "0.0.0.0", "::"):
+            rule = "loopback-bind"  # e.g. urllib3's IPv6 probe: informational
+        self.add_event("network", action, "supervisor", note.pid, target, rule, detail)
         self._add_network(family, protocol, address, port, None, action, note.pid, "supervisor")
         return 0 if allowed else errno.EACCES
 
@@ -330,7 +337,18 @@ class Supervisor:
     def _on_bind(self, note: notify.Notification) -> int:
         return self._network_decision(note, "bind", note.args[1], note.args[2], note.args[0])
 
+    def _fastopen(self, note: notify.Notification, flags: int, op: str) -> int:
+        # TCP Fast Open connects inside sendto/sendmsg. The flag is a register
+        # argument, so refusing it involves no pointer and no race.
+        if self._network == "all" or not flags & _MSG_FASTOPEN:
+            return 0
+        self.add_event("network", BLOCKED, "supervisor", note.pid, f"{op}(MSG_FASTOPEN)",
+                       "network-denied", {"syscall": op})
+        return errno.EACCES
+
     def _on_sendto(self, note: notify.Notification) -> int:
+        if self._fastopen(note, note.args[3], "sendto"):
+            return errno.EACCES
         if not note.args[4]:
             return 0
         return self._network_decision(note, "sendto", note.args[4], note.args[5], note.args[0])
@@ -345,12 +363,16 @@ class Supervisor:
         return ptr, size
 
     def _on_sendmsg(self, note: notify.Notification) -> int:
+        if self._fastopen(note, note.args[2], "sendmsg"):
+            return errno.EACCES
         ptr, size = self._msghdr_name(note.pid, note.args[1])
         if not ptr:
             return 0
         return self._network_decision(note, "sendmsg", ptr, size, note.args[0])
 
     def _on_sendmmsg(self, note: notify.Notification) -> int:
+        if self._fastopen(note, note.args[3], "sendmmsg"):
+            return errno.EACCES
         for i in range(min(int(note.args[2]), 64)):
             ptr, size = self._msghdr_name(note.pid, note.args[1] + 64 * i)
             if ptr:

@@ -35,7 +35,7 @@ _FILE_EVENTS = frozenset(
     (
         "open", "os.listdir", "os.scandir", "os.rename", "os.link", "os.symlink",
         "os.mkdir", "os.remove", "os.rmdir", "os.truncate", "os.chmod", "os.chown",
-        "os.utime", "shutil.copyfile", "shutil.rmtree", "os.chdir",
+        "os.utime", "shutil.copyfile", "shutil.rmtree", "sqlite3.connect",
     )
 )
 _NET_EVENTS = frozenset(
@@ -83,7 +83,15 @@ def _make_hook(config):
     import time as _time
     import _thread
 
+    # Everything the hook uses at event time is bound here, once: later
+    # changes to this module's globals or to os/posixpath change nothing.
     lstat, readlink, getcwd, fspath = os.lstat, os.readlink, os.getcwd, os.fspath
+    fsencode = os.fsencode
+    O_WRONLY, O_RDWR, O_CREAT, O_TRUNC, O_APPEND, O_CLOEXEC = (
+        os.O_WRONLY, os.O_RDWR, os.O_CREAT, os.O_TRUNC, os.O_APPEND, os.O_CLOEXEC)
+    PIPE_BUF, CREDENTIAL_PATHS, SYSTEM_SECRETS = _PIPE_BUF, _CREDENTIAL_PATHS, _SYSTEM_SECRETS
+    PROC_PRIVATE, PYTHON_NAMES, PY_OPT_WITH_VALUE = _PROC_PRIVATE, _PYTHON_NAMES, _PY_OPT_WITH_VALUE
+    CONFIG_NAME, is_numeric, Denied = ENV_CONFIG, _is_numeric, PermissionError
     os_write, os_open, getpid, getppid = os.write, os.open, os.getpid, os.getppid
     fsdecode, s_islnk, now = os.fsdecode, _stat.S_ISLNK, _time.time
     getframe, dumps = sys._getframe, _json.dumps
@@ -166,7 +174,7 @@ def _make_hook(config):
                 if not target.startswith("/"):
                     if target.startswith(("pipe:", "socket:", "anon_inode:")):
                         return target
-                    target = done + "/" + target
+                    # relative: resolved against the link's directory (done)
                 else:
                     done = ""
                 more = [p for p in target.split("/") if p]
@@ -203,17 +211,17 @@ def _make_hook(config):
             "python": python_frame(), "detail": detail or {},
         }
         line = dumps(record, default=str)
-        if len(line) > _PIPE_BUF:
+        if len(line) > PIPE_BUF:
             record["target"] = target[:512]
             record["detail"] = {"truncated": True}
-            line = dumps(record, default=str)[:_PIPE_BUF]
+            line = dumps(record, default=str)[:PIPE_BUF]
         data = (line + "\n").encode("utf-8", "replace")
         with lock:
             if channel[0] is None:
                 if not fifo_path:
                     return
                 try:
-                    channel[0] = os_open(fifo_path, os.O_WRONLY | os.O_CLOEXEC)
+                    channel[0] = os_open(fifo_path, O_WRONLY | O_CLOEXEC)
                 except OSError:
                     channel[0] = -1
             if channel[0] >= 0:
@@ -230,10 +238,10 @@ def _make_hook(config):
         for home in homes + ((sandbox_home,) if sandbox_home else ()):
             if path.startswith(home + "/"):
                 rel = path[len(home) + 1:]
-                for cred in _CREDENTIAL_PATHS:
+                for cred in CREDENTIAL_PATHS:
                     if rel == cred or rel.startswith(cred + "/"):
                         return True
-        for secret in _SYSTEM_SECRETS:
+        for secret in SYSTEM_SECRETS:
             if path == secret or path.startswith(secret + "/"):
                 return not under(path, read_roots + write_roots)
         return False
@@ -247,8 +255,8 @@ def _make_hook(config):
         if int(parts[2]) == getpid():
             return False
         if parts[3] == "task" and len(parts) > 5:
-            return parts[5] in _PROC_PRIVATE
-        return parts[3] in _PROC_PRIVATE
+            return parts[5] in PROC_PRIVATE
+        return parts[3] in PROC_PRIVATE
 
     def check_read(path):
         if proc_other(path):
@@ -293,18 +301,22 @@ def _make_hook(config):
         if mode is not None:
             writing = any(c in mode for c in "wax+")
         elif flags is not None and flags >= 0:
-            writing = bool(flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND))
+            writing = bool(flags & (O_WRONLY | O_RDWR | O_CREAT | O_TRUNC | O_APPEND))
         full = resolve(path)
         if writing:
             return check_write(full)
         return check_read(full)
 
     def two_paths(src, dst, src_fd, dst_fd, follow_src=False):
+        src_fd = None if src_fd is None or src_fd < 0 else src_fd
+        dst_fd = None if dst_fd is None or dst_fd < 0 else dst_fd
         a = resolve(fspath(src) if src_fd is None else "/proc/self/fd/%d/%s" % (src_fd, fsdecode(fspath(src))), follow_last=follow_src)
         b = resolve(fspath(dst) if dst_fd is None else "/proc/self/fd/%d/%s" % (dst_fd, fsdecode(fspath(dst))), follow_last=False)
         return a, b
 
     def at(path, dir_fd, follow=True):
+        if not isinstance(dir_fd, int) or dir_fd < 0:
+            dir_fd = None  # audit events pass -1 for "no dir_fd"
         if isinstance(path, int):
             return fd_path(path)
         path = fspath(path)
@@ -335,6 +347,11 @@ def _make_hook(config):
             return check_write(at(args[0], args[-1] if event != "os.utime" else args[-1]))
         if event == "os.truncate":
             return check_write(at(args[0], None))
+        if event == "sqlite3.connect":
+            path = args[0]
+            if isinstance(path, (str, bytes)) and path not in (":memory:", b":memory:", "", b""):
+                return check_read(resolve(fspath(path)))
+            return None
         if event == "shutil.copyfile":
             return check_read(resolve(fspath(args[0]))) or check_write(resolve(fspath(args[1])))
         if event == "shutil.rmtree":
@@ -380,8 +397,10 @@ def _make_hook(config):
             if network == "all" or (network == "hosts" and host_allowed(host, port)):
                 emit("network", "allowed", target, "network-allowed", detail)
                 return None
-            if verb == "bind" and host in ("127.0.0.1", "::1", "localhost"):
-                return deny("network", target, "network-denied", "no network in this sandbox", detail)
+            if verb == "bind" and host in ("127.0.0.1", "::1", "localhost", "0.0.0.0", "::"):
+                # pip/urllib3 probe IPv6 support by binding ::1 port 0: refused,
+                # reported, but informational (does not make the verdict).
+                return deny("network", target, "loopback-bind", "no listening sockets in this sandbox", detail)
             return deny("network", target, "network-denied", "no network in this sandbox", detail)
         # Name lookups: DNS is an exfiltration channel of its own.
         name = args[0]
@@ -391,7 +410,7 @@ def _make_hook(config):
             name = name[0]
         name = str(name)
         detail = {"protocol": "dns", "address": name, "op": event.split(".")[1]}
-        if name in ("localhost", "", "None") or _is_numeric(name):
+        if name in ("localhost", "", "None") or is_numeric(name):
             return None
         if network == "all" or (network == "hosts" and host_allowed(name, args[1] if len(args) > 1 else None)):
             emit("network", "allowed", name, "dns-allowed", detail)
@@ -400,7 +419,7 @@ def _make_hook(config):
 
     def is_python(executable):
         base = executable.rsplit("/", 1)[-1]
-        if not base.startswith(_PYTHON_NAMES):
+        if not base.startswith(PYTHON_NAMES):
             return False
         tail = base[6:] if base.startswith("python") else base[4:]
         return all(c.isdigit() or c in ".dmut" for c in tail)
@@ -430,15 +449,17 @@ def _make_hook(config):
                 if c in "cm":
                     stop = True
                     break
-                if c in _PY_OPT_WITH_VALUE:
+                if c in PY_OPT_WITH_VALUE:
                     if j == len(arg) - 1:
                         i += 1
                     break
                 j += 1
             if stop:
                 # split "-Im" into "-I" + "-m": the boot script goes between.
-                return (i, j) if strip_env else None
+                return (i, j if j > 1 else 0) if strip_env else None
             i += 1
+        if i < len(argv) and argv[i] in (boot_script, fsencode(boot_script)):
+            return None  # already rewritten (Popen's audit event, then fork_exec)
         return (i, 0) if strip_env else None
 
     def prepare_child(argv, env, executable=None):
@@ -475,11 +496,11 @@ def _make_hook(config):
 
     def inject_env(env):
         if isinstance(env, dict) and env and isinstance(next(iter(env)), bytes):
-            key, value, sep = b"PYTHONPATH", os.fsencode(hook_dir), b":"
-            cfg_key, cfg_value = os.fsencode(ENV_CONFIG), os.fsencode(config_text)
+            key, value, sep = b"PYTHONPATH", fsencode(hook_dir), b":"
+            cfg_key, cfg_value = fsencode(CONFIG_NAME), fsencode(config_text)
         else:
             key, value, sep = "PYTHONPATH", hook_dir, ":"
-            cfg_key, cfg_value = ENV_CONFIG, config_text
+            cfg_key, cfg_value = CONFIG_NAME, config_text
         current = env.get(key)
         parts = [p for p in (current or value[:0]).split(sep) if p and p != value]
         env[key] = sep.join([value] + parts)
@@ -538,50 +559,79 @@ def _make_hook(config):
         return deny("syscall", event, "hook-tamper", "tracing could subvert the audit hook")
 
     def fork_exec_wrapper(original):
-        def fork_exec(*args):
-            args = list(args)
-            if not subprocess_ok:
-                shown = [fsdecode(a) if isinstance(a, bytes) else str(a) for a in (args[0] or [])]
-                raise PermissionError(deny("process", " ".join(shown)[:1000], "subprocess-denied",
-                                           "this sandbox does not allow starting processes",
-                                           {"argv": shown[:64], "event": "_posixsubprocess.fork_exec"}))
-            env_list = args[5]
-            if env_list is not None:
-                env_list = [e for e in env_list
-                            if not (e.startswith(b"PYTHONPATH=") or e.startswith(os.fsencode(ENV_CONFIG) + b"="))]
-                env = {}
-                for entry in args[5]:
-                    if entry.startswith(b"PYTHONPATH="):
-                        env[b"PYTHONPATH"] = entry[len(b"PYTHONPATH="):]
-                inject_env(env)
-                env_list += [k + b"=" + v for k, v in env.items()]
-                args[5] = env_list
-            if args[0] is not None:
-                argv = list(args[0])
-                problem = prepare_child(argv, None, None)
-                if problem:
-                    raise PermissionError(problem)
-                args[0] = [os.fsencode(a) if isinstance(a, str) else a for a in argv]
-            return original(*args)
-        fork_exec.__module__ = "_pipguard_hook"
-        return fork_exec
+        return _fork_exec_factory(original, subprocess_ok, deny, fsdecode, fsencode,
+                                  inject_env, prepare_child, CONFIG_NAME, Denied)
 
     def hook(event, args, _handled=_ALL_EVENTS, _file=_FILE_EVENTS, _net=_NET_EVENTS,
-             _proc=_PROC_EVENTS):
+             _proc=_PROC_EVENTS, _on_file=on_file, _on_net=on_net, _on_proc=on_proc,
+             _on_tamper=on_tamper, _Denied=Denied):
+        # No free variables and no globals: this frame appears in tracebacks,
+        # and rebinding its locals affects nothing after it returns.
         if event not in _handled:
             return
         if event in _file:
-            problem = on_file(event, args)
+            problem = _on_file(event, args)
         elif event in _net:
-            problem = on_net(event, args)
+            problem = _on_net(event, args)
         elif event in _proc:
-            problem = on_proc(event, args)
+            problem = _on_proc(event, args)
         else:
-            problem = on_tamper(event, args)
+            problem = _on_tamper(event, args)
         if problem:
-            raise PermissionError(13, problem)
+            raise _Denied(13, problem)
 
-    return hook, fork_exec_wrapper, inject_env
+    def os_open_wrapper(original):
+        # The "open" audit event carries no dir_fd: turn openat-style calls
+        # into the equivalent /proc/self/fd/N/PATH so the event shows where
+        # the path really leads.
+        def open(path, flags, mode=0o777, *, dir_fd=None):
+            if dir_fd is not None and not isinstance(path, int):
+                raw = fspath(path)
+                if not (raw.startswith(b"/") if isinstance(raw, bytes) else raw.startswith("/")):
+                    path = "/proc/self/fd/%d/%s" % (dir_fd, fsdecode(raw))
+                    dir_fd = None
+            if dir_fd is None:
+                return original(path, flags, mode)
+            return original(path, flags, mode, dir_fd=dir_fd)
+        open.__module__ = "_pipguard_hook"
+        return open
+
+    return hook, fork_exec_wrapper, inject_env, os_open_wrapper
+
+
+def _fork_exec_factory(original, subprocess_ok, deny, fsdecode, fsencode, inject_env,
+                       prepare_child, config_name, Denied):
+    """``_posixsubprocess.fork_exec`` with the hook's policy; state is bound as
+    keyword defaults so the wrapper's frame exposes no closure cells."""
+
+    def fork_exec(*args, _original=original, _ok=subprocess_ok, _deny=deny, _fsdecode=fsdecode,
+                  _fsencode=fsencode, _inject=inject_env, _prepare=prepare_child,
+                  _cfg=config_name, _Denied=Denied):
+        args = list(args)
+        if not _ok:
+            shown = [_fsdecode(a) if isinstance(a, bytes) else str(a) for a in (args[0] or [])]
+            raise _Denied(13, _deny("process", " ".join(shown)[:1000], "subprocess-denied",
+                                    "this sandbox does not allow starting processes",
+                                    {"argv": shown[:64], "event": "_posixsubprocess.fork_exec"}))
+        if args[5] is not None:
+            prefix = _fsencode(_cfg) + b"="
+            env = {}
+            for entry in args[5]:
+                if entry.startswith(b"PYTHONPATH="):
+                    env[b"PYTHONPATH"] = entry[len(b"PYTHONPATH="):]
+            _inject(env)
+            args[5] = [e for e in args[5] if not (e.startswith(b"PYTHONPATH=") or e.startswith(prefix))]
+            args[5] += [k + b"=" + v for k, v in env.items()]
+        if args[0] is not None:
+            argv = list(args[0])
+            problem = _prepare(argv, None, None)
+            if problem:
+                raise _Denied(13, problem)
+            args[0] = [_fsencode(a) if isinstance(a, str) else a for a in argv]
+        return _original(*args)
+
+    fork_exec.__module__ = "_pipguard_hook"
+    return fork_exec
 
 
 def _is_numeric(name):
@@ -605,7 +655,10 @@ def install():
 
     config = json.loads(text)
     config["_text"] = text
-    hook, fork_exec_wrapper, inject_env = _make_hook(config)
+    hook, fork_exec_wrapper, inject_env, os_open_wrapper = _make_hook(config)
+    import posix
+
+    posix.open = os.open = os_open_wrapper(posix.open)
     # Keep the environment of this process hooked for children that inherit
     # it (os.system, multiprocessing, shells that start Python).
     inject_env(os.environ)

@@ -208,9 +208,13 @@ def build_filter(spec: "OsLayerSpec", *, notify: bool):
     # socket: AF_UNIX is denied in every mode (Landlock <= ABI 7 cannot confine
     # connect() to pathname sockets such as docker.sock or ssh-agent).
     d = deny("socket")
-    if spec.network == "none":
+    if spec.network == "none" and not notify:
         _add(f, d, "socket")
-    elif spec.network == "ports":
+    elif spec.network in ("none", "ports"):
+        # With a supervisor, "none" also lets TCP sockets be created so that
+        # connect() reaches it and the destination is recorded; Landlock
+        # (no TCP port granted) and the supervisor both refuse the connect.
+        # UDP and everything else stay denied here, in the kernel.
         _deny_socket_domains(f, d, [AF_INET, AF_INET6])
         for dom in (AF_INET, AF_INET6):
             # anything but SOCK_STREAM (type & 0xf != 1) is denied: low nibble 0,

