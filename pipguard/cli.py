@@ -103,6 +103,113 @@ def run(isolation, allow_network, allow_hosts, allow_write, allow_read, deny_sub
     raise SystemExit(exitcodes.from_wait_status(report.exit_code, report.timed_out))
 
 
+def _pip_options(f):
+    """The pip install options pipguard passes through (shared by install and sandbox)."""
+    options = [
+        click.option("-r", "--requirement", "requirement_files", multiple=True, metavar="FILE",
+                     help="Install from the given requirements file (repeatable)."),
+        click.option("-c", "--constraint", "constraint_files", multiple=True, metavar="FILE"),
+        click.option("-i", "--index-url", metavar="URL"),
+        click.option("--extra-index-url", "extra_index_urls", multiple=True, metavar="URL"),
+        click.option("-f", "--find-links", multiple=True, metavar="URL|DIR"),
+        click.option("--no-index", is_flag=True),
+        click.option("--no-binary", multiple=True, metavar="FORMAT"),
+        click.option("--only-binary", multiple=True, metavar="FORMAT"),
+        click.option("--pre", is_flag=True),
+        click.option("-U", "--upgrade", is_flag=True),
+        click.option("--no-deps", is_flag=True),
+        click.option("--require-hashes", is_flag=True),
+        click.option("--no-cache-dir", is_flag=True, help="Accepted for pip compatibility (the "
+                     "sandbox never uses your pip cache)."),
+        click.option("-q", "--quiet", count=True, help="Less output (also silences progress)."),
+        click.option("-v", "--verbose", count=True),
+        click.option("--python", "python", metavar="PATH",
+                     help="Install into this interpreter's environment (default: pipguard's own)."),
+        click.option("--isolation", type=_ISOLATION, default="auto", show_default=True),
+        click.option("--timeout", type=float, callback=_positive_float, metavar="SECONDS",
+                     help="Time limit for each sandboxed phase."),
+        click.option("--probe-imports", is_flag=True,
+                     help="Also import each new top-level module in the sandbox before committing."),
+        click.option("--report", "report_path", metavar="FILE", help="Write the JSON report here."),
+        click.option("--format", "fmt", type=_FORMAT, default="table", show_default=True),
+        click.argument("packages", nargs=-1),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _install(sandbox_only: bool, kw: dict) -> None:
+    from pipguard.install import Installer, PipOptions
+
+    report_path = check_writable(kw["report_path"]) if kw.get("report_path") else None
+    options = PipOptions(
+        requirements=tuple(kw["packages"]), requirement_files=kw["requirement_files"],
+        constraint_files=kw["constraint_files"], index_url=kw["index_url"],
+        extra_index_urls=kw["extra_index_urls"], find_links=kw["find_links"],
+        no_index=kw["no_index"], no_binary=kw["no_binary"], only_binary=kw["only_binary"],
+        pre=kw["pre"], upgrade=kw["upgrade"], no_deps=kw["no_deps"],
+        require_hashes=kw["require_hashes"], no_cache_dir=kw["no_cache_dir"],
+        quiet=kw["quiet"], verbose=kw["verbose"],
+    )
+    show = kw["quiet"] == 0 and sys.stderr.isatty()
+    progress = (lambda m: click.echo(f"pipguard: {m}", err=True)) if show else None
+    import signal
+
+    def _interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _interrupt)
+    result = Installer(options, python=kw["python"], isolation=kw["isolation"],
+                       build_timeout=kw["timeout"], probe_imports=kw["probe_imports"],
+                       sandbox_only=sandbox_only, progress=progress).run()
+    from pipguard.render import install as render_install
+
+    if report_path:
+        from pipguard.report import dumps
+
+        write_atomic(report_path, dumps(result.to_json()))
+    if kw["fmt"] == "table":
+        click.echo(render_install.table(result, color=_color(sys.stderr)), err=True, nl=False)
+    elif kw["fmt"] == "json":
+        from pipguard.report import dumps
+
+        click.echo(dumps(result.to_json()), nl=False)
+    else:
+        click.echo(render_install.sarif(result), nl=False)
+    raise SystemExit(result.exit_code)
+
+
+@cli.command()
+@click.option("--sandbox", is_flag=True, help="Build sdists in the sandbox (required for sdists).")
+@_pip_options
+def install(sandbox, **kw) -> None:
+    """pip install, where no package code runs outside the sandbox.
+
+    With --sandbox: resolve and download in the sandbox, gate every artifact,
+    build each sdist in its own offline sandbox, and install the wheels only
+    if nothing was blocked. Without --sandbox: wheels only (no package code
+    runs at all), gated; sdists are refused.
+
+    Exit status: 0 installed, 1 refused (something was blocked or a gate
+    fired: nothing installed), 2 error (environment unchanged).
+    """
+    if not sandbox:
+        kw["only_binary"] = tuple(kw["only_binary"]) + (":all:",)
+    _install(False, kw)
+
+
+@cli.command()
+@_pip_options
+def sandbox(**kw) -> None:
+    """Resolve, build and (with --probe-imports) import PACKAGES in the
+    sandbox; install nothing; print the evidence.
+
+    Exit status: 0 observed clean, 1 something was blocked, 2 error.
+    """
+    _install(True, kw)
+
+
 @cli.command()
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def doctor(fmt) -> None:

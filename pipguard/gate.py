@@ -148,7 +148,7 @@ class _Collector:
 
     def add(self, severity: str, rule: str, member: str, message: str, evidence: str = "",
             line: Optional[int] = None) -> None:
-        key = (rule, member, line, evidence)
+        key = (rule, member, line, evidence, message)
         if key in self._seen:
             return
         self._seen.add(key)

@@ -83,6 +83,12 @@ OBSERVE: Tuple[str, ...] = (
     "execve", "execveat", "connect", "bind", "sendto", "sendmsg", "sendmmsg", "exit_group",
     "open", "creat", "openat", "openat2",
 )
+#: signal senders, notified so a signal aimed out of the sandbox is *reported*: Landlock's
+#: signal scope (ABI 6) refuses it silently. The supervisor answers EPERM (register args only,
+#: no pointer, no TOCTOU) when the target is outside, CONTINUE otherwise -- Landlock enforces.
+SIGNALS: Tuple[str, ...] = (
+    "kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_send_signal",
+)
 
 #: errno the supervisor answers for each syscall the filter denies
 DENY_ERRNO: Dict[str, int] = {name: errno.EPERM for name in DENY_ALWAYS + DENY_CONDITIONAL + PROCESS_CREATION}
@@ -245,6 +251,8 @@ def build_filter(spec: "OsLayerSpec", *, notify: bool):
     if notify:
         for name in ("execve", "execveat", "connect", "bind", "sendmsg", "sendmmsg", "exit_group", "creat", "openat2"):
             _add(f, _sc.NOTIFY, name)
+        for name in SIGNALS:
+            _add(f, _sc.NOTIFY, name)
         _add(f, _sc.NOTIFY, "sendto", A(4, _sc.NE, 0))  # only with a destination address
         if spec.observe_reads:
             _add(f, _sc.NOTIFY, "open")
@@ -297,7 +305,7 @@ def classify(nr: int, spec: Optional["OsLayerSpec"] = None) -> Tuple[str, str]:
     name = _name(nr) if _sc is not None else f"syscall_{nr}"
     if name in PROCESS_CREATION:
         return name, ("observe" if spec is not None and spec.allow_subprocess else "deny")
-    if name in OBSERVE:
+    if name in OBSERVE or name in SIGNALS:
         return name, "observe"
     return name, "deny"
 

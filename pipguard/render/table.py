@@ -22,7 +22,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 from tabulate import tabulate
 
 from pipguard.render import printable as _clean
-from pipguard.report import Event, ProcessRecord, Report
+from pipguard.report import INFORMATIONAL_RULES, Event, ProcessRecord, Report
 
 #: Rows shown per table; the rest are counted, not shown.
 MAX_ROWS = 50
@@ -137,7 +137,10 @@ def blocked_table(
     Python frame, from audit-layer events) appears when any row has one.
     Shared by ``run`` and, per package, ``install``.
     """
-    blocked = sorted((e for e in events if e.blocked), key=lambda e: e.seq)
+    # Informational refusals (e.g. urllib3's loopback IPv6 probe) stay in the
+    # JSON report; the human table shows findings only.
+    blocked = sorted((e for e in events if e.blocked and e.rule not in INFORMATIONAL_RULES),
+                     key=lambda e: e.seq)
     if not blocked:
         return ""
     names = _process_names(processes)

@@ -1,0 +1,468 @@
+"""``pipguard install --sandbox`` / ``pipguard sandbox``: pip install where no
+package code runs outside the sandbox and the target environment changes only
+if everything passed.
+
+Phases (each sandboxed run has its own evidence):
+  1. resolve + download  (``pip download`` in the sandbox: resolving runs sdist
+     metadata hooks; network only when an index is used)
+  2. static gate         (every downloaded artifact, no code runs)
+  3. build               (one sandboxed, offline ``pip wheel`` per sdist)
+  4. gate on evidence    (any blocked attempt or finding: refuse)
+  5. probe imports       (optional: import new modules, sandboxed, from a staged copy)
+  6. install             (``pip install`` of the wheels only: installing a wheel runs no package code)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from pipguard import gate
+from pipguard.errors import PipError, UsageError
+from pipguard.policy import Policy
+from pipguard.report import Event, FileWritten, LayerStatus, NetworkAttempt, ProcessRecord, Report
+
+Progress = Callable[[str], None]
+
+#: gate severities that refuse an install
+REFUSING_SEVERITIES = ("critical", "high")
+
+
+@dataclass(frozen=True)
+class PipOptions:
+    """The pip install options pipguard passes through. Empty means pip's default."""
+
+    requirements: Tuple[str, ...] = ()      # PKG specifiers
+    requirement_files: Tuple[str, ...] = () # -r
+    constraint_files: Tuple[str, ...] = ()  # -c
+    index_url: Optional[str] = None
+    extra_index_urls: Tuple[str, ...] = ()
+    find_links: Tuple[str, ...] = ()
+    no_index: bool = False
+    no_binary: Tuple[str, ...] = ()
+    only_binary: Tuple[str, ...] = ()
+    pre: bool = False
+    upgrade: bool = False
+    no_deps: bool = False
+    require_hashes: bool = False
+    no_cache_dir: bool = False
+    quiet: int = 0
+    verbose: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.requirements and not self.requirement_files:
+            raise UsageError("nothing to install", hint="name packages, or use -r FILE")
+        for path in self.requirement_files + self.constraint_files:
+            if not os.path.isfile(path):
+                raise UsageError(f"requirements file not found: {path}")
+        for req in self.requirements:
+            if not req.strip() or req.startswith("-"):
+                raise UsageError(f"not a requirement: {req!r}")
+
+    def resolve_args(self) -> List[str]:
+        """Options shared by download and install (selection and sources)."""
+        args: List[str] = []
+        for path in self.requirement_files:
+            args += ["-r", os.path.abspath(path)]
+        for path in self.constraint_files:
+            args += ["-c", os.path.abspath(path)]
+        args += self.source_args()
+        for value in self.no_binary:
+            args += ["--no-binary", value]
+        for value in self.only_binary:
+            args += ["--only-binary", value]
+        if self.pre:
+            args.append("--pre")
+        if self.no_deps:
+            args.append("--no-deps")
+        if self.require_hashes:
+            args.append("--require-hashes")
+        args += ["-q"] * self.quiet + ["-v"] * self.verbose
+        return args + list(self.requirements)
+
+    def source_args(self) -> List[str]:
+        args: List[str] = []
+        if self.index_url:
+            args += ["--index-url", self.index_url]
+        for url in self.extra_index_urls:
+            args += ["--extra-index-url", url]
+        for link in self.find_links:
+            args += ["--find-links", _abs_if_path(link)]
+        if self.no_index:
+            args.append("--no-index")
+        return args
+
+    def local_paths(self) -> List[str]:
+        """Local files and dirs the sandbox must be able to read."""
+        paths = [os.path.abspath(p) for p in self.requirement_files + self.constraint_files]
+        paths += [_abs_if_path(link) for link in self.find_links if not _is_url(link)]
+        paths += [os.path.abspath(r) for r in self.requirements if os.path.exists(r)]
+        return [p for p in paths if os.path.exists(p)]
+
+    def uses_network(self) -> bool:
+        return not self.no_index or any(_is_url(link) for link in self.find_links)
+
+
+def _is_url(text: str) -> bool:
+    return bool(re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", text)) and not text.startswith("file:")
+
+
+def _abs_if_path(link: str) -> str:
+    if _is_url(link):
+        return link
+    if link.startswith("file://"):
+        return link[len("file://"):]
+    return os.path.abspath(link)
+
+
+@dataclass(frozen=True)
+class Artifact:
+    path: str
+    name: str
+    version: str
+    sha256: str
+    from_sdist: bool = False
+    built_from: Optional[str] = None  # for wheels built here: the sdist's file name
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    package: Optional[str]
+    report: Report
+
+
+@dataclass(frozen=True)
+class PackageResult:
+    name: str
+    version: str
+    artifact: str
+    sha256: str
+    from_sdist: bool
+    verdict: str
+    findings: Tuple[gate.Finding, ...] = ()
+    events: Tuple[Event, ...] = ()
+
+
+@dataclass(frozen=True)
+class InstallResult:
+    """Outcome of ``install``/``sandbox``: ``status`` is ``installed``,
+    ``clean`` (sandbox mode, nothing installed), ``refused`` or ``error``."""
+
+    command: Tuple[str, ...]
+    status: str
+    phases: Tuple[Phase, ...]
+    packages: Tuple[PackageResult, ...]
+    findings: Tuple[gate.Finding, ...]
+    message: str = ""
+    isolation: str = "auto"
+
+    @property
+    def exit_code(self) -> int:
+        from pipguard import exitcodes
+
+        return {"installed": exitcodes.OK, "clean": exitcodes.OK,
+                "refused": exitcodes.REFUSED}.get(self.status, exitcodes.ERROR)
+
+    def combined(self) -> Report:
+        """One run-style report over every phase (top-level events of all phases)."""
+        events: List[Event] = []
+        processes: List[ProcessRecord] = []
+        network: List[NetworkAttempt] = []
+        files: List[FileWritten] = []
+        applied: List[str] = []
+        unavailable: Dict[str, str] = {}
+        dropped, timed_out = 0, False
+        for phase in self.phases:
+            r = phase.report
+            for e in r.events:
+                detail = dict(e.detail, phase=phase.name)
+                if phase.package:
+                    detail["package"] = phase.package
+                events.append(dataclasses.replace(e, seq=len(events) + 1, detail=detail))
+            processes += r.processes
+            network += r.network
+            files += r.files_written
+            applied += [a for a in r.isolation.applied if a not in applied]
+            unavailable.update(r.isolation.unavailable)
+            dropped += r.events_dropped
+            timed_out = timed_out or r.timed_out
+        exit_code = {"installed": 0, "clean": 0, "refused": 1}.get(self.status, 2)
+        first = self.phases[0].report if self.phases else None
+        return Report(
+            command=self.command, exit_code=exit_code, timed_out=timed_out,
+            isolation=LayerStatus(self.isolation, tuple(applied), unavailable),
+            events=tuple(events), processes=tuple(processes), network=tuple(network),
+            files_written=tuple(files), env_removed=first.env_removed if first else (),
+            events_dropped=dropped, policy=first.policy if first else {},
+            host=first.host if first else {}, cwd=first.cwd if first else os.getcwd(),
+            started_at=first.started_at if first else 0.0,
+            duration=round(sum(p.report.duration for p in self.phases), 4),
+            error=self.message if self.status == "error" else None,
+            tool_version=first.tool_version if first else "",
+        )
+
+    def to_json(self) -> dict:
+        data = self.combined().to_json()
+        data["verdict"] = {"installed": "clean", "clean": "clean", "refused": "blocked"}.get(
+            self.status, "error")
+        data["status"] = self.status
+        data["message"] = self.message
+        data["phases"] = [{"name": p.name, "package": p.package, "verdict": p.report.verdict,
+                           "exit_code": p.report.exit_code, "duration": p.report.duration}
+                          for p in self.phases]
+        data["packages"] = [
+            {"name": p.name, "version": p.version, "artifact": p.artifact, "sha256": p.sha256,
+             "from_sdist": p.from_sdist, "verdict": p.verdict,
+             "findings": [dataclasses.asdict(f) for f in p.findings],
+             "events": [dataclasses.asdict(e) for e in p.events]}
+            for p in self.packages]
+        data["findings"] = [dataclasses.asdict(f) for f in self.findings]
+        return data
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def parse_artifact(path: str) -> Tuple[str, str, bool]:
+    """(name, version, is_sdist) from a wheel or sdist file name."""
+    base = os.path.basename(path)
+    if base.endswith(".whl"):
+        parts = base[:-4].split("-")
+        if len(parts) < 5:
+            raise PipError(f"not a valid wheel file name: {base}")
+        return _canonical(parts[0]), parts[1], False
+    for ext in (".tar.gz", ".zip", ".tar.bz2", ".tgz", ".tar"):
+        if base.endswith(ext):
+            stem = base[: -len(ext)]
+            name, _, version = stem.rpartition("-")
+            if not name:
+                raise PipError(f"cannot tell name and version of {base}")
+            return _canonical(name), version, True
+    raise PipError(f"unknown artifact type: {base}")
+
+
+class Installer:
+    """Runs the phases. ``sandbox_only`` stops before installing."""
+
+    def __init__(self, options: PipOptions, *, python: Optional[str] = None,
+                 isolation: str = "auto", build_timeout: Optional[float] = None,
+                 probe_imports: bool = False, sandbox_only: bool = False,
+                 progress: Optional[Progress] = None, env: Optional[Dict[str, str]] = None) -> None:
+        self.options = options
+        self.python = os.path.abspath(python) if python else sys.executable
+        if not (os.path.isfile(self.python) and os.access(self.python, os.X_OK)):
+            raise UsageError(f"--python {python}: not an executable interpreter")
+        self.isolation = isolation
+        self.build_timeout = build_timeout
+        self.probe_imports = probe_imports
+        self.sandbox_only = sandbox_only
+        self.progress = progress or (lambda message: None)
+        self.env = dict(os.environ if env is None else env)
+        self.phases: List[Phase] = []
+        self.command = ("pipguard", "sandbox" if sandbox_only else "install", "--sandbox",
+                        *options.resolve_args())
+
+    # ------------------------------------------------------------------ runs
+    def _sandboxed(self, name: str, package: Optional[str], argv: Sequence[str], cwd: str,
+                   *, network: bool, read: Sequence[str] = (), write: Sequence[str] = ()) -> Report:
+        from pipguard.sandbox import run
+
+        policy = Policy(
+            isolation=self.isolation, allow_network=network,
+            allow_read=tuple(dict.fromkeys(read)), allow_write=tuple(dict.fromkeys(write)),
+            timeout=self.build_timeout, keep_env=("PIP_CONFIG_FILE",) if "PIP_CONFIG_FILE" in self.env else (),
+        )
+        report = run(list(argv), policy, cwd=cwd, env=self.env)
+        self.phases.append(Phase(name, package, report))
+        return report
+
+    def _pip(self, *args: str) -> List[str]:
+        quiet = [] if self.options.verbose else ["-q"]
+        return [self.python, "-m", "pip", "--disable-pip-version-check", "--no-input",
+                "--no-cache-dir", *quiet, *args]
+
+    # ---------------------------------------------------------------- phases
+    def run(self) -> InstallResult:
+        stage = tempfile.mkdtemp(prefix="pipguard-install-")
+        try:
+            return self._run(stage)
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+
+    def _result(self, status: str, packages=(), findings=(), message="") -> InstallResult:
+        return InstallResult(self.command, status, tuple(self.phases), tuple(packages),
+                             tuple(findings), message, self.isolation)
+
+    def _run(self, stage: str) -> InstallResult:
+        download = os.path.join(stage, "download")
+        wheels = os.path.join(stage, "wheels")
+        work = os.path.join(stage, "work")
+        for d in (download, wheels, work):
+            os.mkdir(d)
+        local = self.options.local_paths()
+
+        # 1. resolve + download, sandboxed: resolution runs sdist metadata hooks.
+        self.progress("resolving and downloading")
+        report = self._sandboxed(
+            "download", None,
+            self._pip("download", "--dest", download, *self.options.resolve_args()),
+            work, network=self.options.uses_network(), read=local, write=[download])
+        if report.verdict == "blocked":
+            return self._refuse("package code misbehaved while pip resolved dependencies")
+        if report.exit_code != 0:
+            return self._result("error", message=_pip_failure("pip download", report))
+        artifacts = self._artifacts(download)
+        if not artifacts:
+            return self._result("error", message="pip downloaded nothing")
+
+        # 2. static gate on everything downloaded.
+        findings: Dict[str, List[gate.Finding]] = {}
+        for art in artifacts:
+            self.progress(f"{art.name} {art.version}: scanning")
+            findings[art.path] = list(self._scan(art))
+
+        # 3. build every sdist, one offline sandbox each.
+        built: Dict[str, Artifact] = {}
+        for art in artifacts:
+            if not art.from_sdist:
+                continue
+            self.progress(f"{art.name} {art.version}: building")
+            out = os.path.join(wheels, art.name)
+            os.mkdir(out)
+            build_dir = os.path.join(work, "build-" + art.name)
+            os.mkdir(build_dir)
+            report = self._sandboxed(
+                "build", art.name,
+                self._pip("wheel", "--no-deps", "--no-index", "--find-links", download,
+                          *[a for link in self.options.find_links if not _is_url(link)
+                            for a in ("--find-links", _abs_if_path(link))],
+                          "--wheel-dir", out, art.path),
+                build_dir, network=False, read=[download, *local], write=[out])
+            if report.verdict == "blocked":
+                self.progress(f"{art.name} {art.version}: BLOCKED")
+                continue
+            if report.exit_code != 0:
+                return self._result("error", message=_pip_failure(f"building {art.name}", report))
+            produced = [os.path.join(out, f) for f in os.listdir(out) if f.endswith(".whl")]
+            if len(produced) != 1:
+                return self._result("error", message=f"building {art.name} produced {len(produced)} wheels")
+            wheel = produced[0]
+            built[art.path] = Artifact(wheel, art.name, art.version, _sha256(wheel), True,
+                                       os.path.basename(art.path))
+            findings[wheel] = list(self._scan(built[art.path]))
+
+        packages = self._package_results(artifacts, built, findings)
+        all_findings = [f for fs in findings.values() for f in fs]
+        refused = [p for p in packages if p.verdict != "clean"]
+        if refused:
+            return self._refuse("; ".join(f"{p.name}: {p.verdict}" for p in refused), packages,
+                                all_findings)
+
+        installables = [built[a.path].path if a.from_sdist else a.path for a in artifacts]
+
+        # 5. optional import probe against a staged copy.
+        if self.probe_imports:
+            verdict = self._probe(stage, installables)
+            if verdict is not None:
+                return self._refuse(verdict, packages, all_findings)
+
+        if self.sandbox_only:
+            for p in packages:
+                self.progress(f"{p.name} {p.version}: ok")
+            return self._result("clean", packages, all_findings, "observed clean; nothing installed")
+
+        # 6. install the wheels; pip runs no package code for wheels.
+        self.progress("installing")
+        argv = self._pip("install", "--no-deps", "--no-index", "--no-build-isolation",
+                         *(["--upgrade"] if self.options.upgrade else []),
+                         *(["-q"] * max(1, self.options.quiet)), *installables)
+        proc = subprocess.run(argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)
+        if proc.returncode != 0:
+            return self._result("error", packages, all_findings,
+                                "pip install of the verified wheels failed: "
+                                + proc.stdout.strip().splitlines()[-1:][0] if proc.stdout.strip() else "")
+        for p in packages:
+            self.progress(f"{p.name} {p.version}: installed")
+        return self._result("installed", packages, all_findings, "installed")
+
+    def _refuse(self, why: str, packages=(), findings=()) -> InstallResult:
+        return self._result("refused", packages, findings,
+                            f"refused: {why}. Nothing was installed. No flag overrides a blocked "
+                            "runtime attempt: review the evidence, then fix or drop the package.")
+
+    def _artifacts(self, download: str) -> List[Artifact]:
+        out = []
+        for name in sorted(os.listdir(download)):
+            path = os.path.join(download, name)
+            pkg, version, is_sdist = parse_artifact(path)
+            out.append(Artifact(path, pkg, version, _sha256(path), is_sdist))
+        return out
+
+    def _scan(self, art: Artifact) -> Sequence[gate.Finding]:
+        if art.path.endswith(".whl"):
+            return gate.scan_wheel(art.path)
+        return gate.scan_sdist(art.path)
+
+    def _package_results(self, artifacts, built, findings) -> List[PackageResult]:
+        results = []
+        for art in artifacts:
+            events: Tuple[Event, ...] = ()
+            verdict = "clean"
+            if art.from_sdist:
+                phase = next((p for p in self.phases if p.name == "build" and p.package == art.name), None)
+                if phase is not None:
+                    events = phase.report.blocked_events
+                    if phase.report.verdict == "blocked":
+                        verdict = "blocked"
+            own = list(findings.get(art.path, []))
+            if art.path in built:
+                own += findings.get(built[art.path].path, [])
+            if verdict == "clean" and any(f.severity in REFUSING_SEVERITIES for f in own):
+                verdict = "gate"
+            results.append(PackageResult(art.name, art.version, os.path.basename(art.path), art.sha256,
+                                         art.from_sdist, verdict, tuple(own), events))
+        return results
+
+    def _probe(self, stage: str, wheels: Sequence[str]) -> Optional[str]:
+        target = os.path.join(stage, "probe")
+        proc = subprocess.run(self._pip("install", "--no-deps", "--no-index", "--target", target,
+                                        "-q", *wheels), env=self.env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+        if proc.returncode != 0:
+            raise PipError("staging wheels for the import probe failed: " + proc.stdout.strip()[-300:])
+        modules = sorted({n[:-3] if n.endswith(".py") else n for n in os.listdir(target)
+                          if not n.endswith((".dist-info", ".data")) and n != "bin"
+                          and not n.startswith(("_", ".")) and (n.endswith(".py") or os.path.isdir(os.path.join(target, n)))})
+        for module in modules:
+            self.progress(f"probing import {module}")
+            code = f"import sys; sys.path.insert(0, {target!r}); import {module}"
+            report = self._sandboxed("probe", module, [self.python, "-c", code],
+                                     os.path.join(stage, "work"), network=False, read=[target])
+            if report.verdict == "blocked":
+                return f"importing {module} attempted something blocked"
+        return None
+
+
+def _pip_failure(what: str, report: Report) -> str:
+    if report.timed_out:
+        return f"{what} timed out"
+    return f"{what} failed (exit {report.exit_code}); see pip's output above"

