@@ -128,6 +128,8 @@ def _pip_options(f):
         click.option("--isolation", type=_ISOLATION, default="auto", show_default=True),
         click.option("--timeout", type=float, callback=_positive_float, metavar="SECONDS",
                      help="Time limit for each sandboxed phase."),
+        click.option("--keep-env", multiple=True, metavar="NAME",
+                     help="Pass this environment variable into the sandboxed phases (repeatable)."),
         click.option("--probe-imports", is_flag=True,
                      help="Also import each new top-level module in the sandbox before committing."),
         click.option("--report", "report_path", metavar="FILE", help="Write the JSON report here."),
@@ -162,7 +164,7 @@ def _install(sandbox_only: bool, kw: dict) -> None:
     signal.signal(signal.SIGTERM, _interrupt)
     result = Installer(options, python=kw["python"], isolation=kw["isolation"],
                        build_timeout=kw["timeout"], probe_imports=kw["probe_imports"],
-                       sandbox_only=sandbox_only, progress=progress).run()
+                       sandbox_only=sandbox_only, progress=progress, keep_env=kw["keep_env"]).run()
     from pipguard.render import install as render_install
 
     if report_path:

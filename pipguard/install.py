@@ -265,7 +265,8 @@ class Installer:
     def __init__(self, options: PipOptions, *, python: Optional[str] = None,
                  isolation: str = "auto", build_timeout: Optional[float] = None,
                  probe_imports: bool = False, sandbox_only: bool = False,
-                 progress: Optional[Progress] = None, env: Optional[Dict[str, str]] = None) -> None:
+                 progress: Optional[Progress] = None, env: Optional[Dict[str, str]] = None,
+                 keep_env: Sequence[str] = ()) -> None:
         self.options = options
         self.python = os.path.abspath(python) if python else sys.executable
         if not (os.path.isfile(self.python) and os.access(self.python, os.X_OK)):
@@ -276,6 +277,7 @@ class Installer:
         self.sandbox_only = sandbox_only
         self.progress = progress or (lambda message: None)
         self.env = dict(os.environ if env is None else env)
+        self.keep_env = tuple(keep_env) + (("PIP_CONFIG_FILE",) if "PIP_CONFIG_FILE" in self.env else ())
         self.phases: List[Phase] = []
         self.command = ("pipguard", "sandbox" if sandbox_only else "install", "--sandbox",
                         *options.resolve_args())
@@ -288,7 +290,7 @@ class Installer:
         policy = Policy(
             isolation=self.isolation, allow_network=network,
             allow_read=tuple(dict.fromkeys(read)), allow_write=tuple(dict.fromkeys(write)),
-            timeout=self.build_timeout, keep_env=("PIP_CONFIG_FILE",) if "PIP_CONFIG_FILE" in self.env else (),
+            timeout=self.build_timeout, keep_env=self.keep_env,
         )
         report = run(list(argv), policy, cwd=cwd, env=self.env)
         self.phases.append(Phase(name, package, report))
@@ -328,7 +330,11 @@ class Installer:
         if report.verdict == "blocked":
             return self._refuse("package code misbehaved while pip resolved dependencies")
         if report.exit_code != 0:
-            return self._result("error", message=_pip_failure("pip download", report))
+            message = _pip_failure("pip download", report)
+            if ":all:" in self.options.only_binary:
+                message += ("; without --sandbox only wheels are allowed: if a package is only "
+                            "available as an sdist, building it needs 'pipguard install --sandbox'")
+            return self._result("error", message=message)
         artifacts = self._artifacts(download)
         if not artifacts:
             return self._result("error", message="pip downloaded nothing")

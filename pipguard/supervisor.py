@@ -29,6 +29,7 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 _SAFE_WRITE_TARGETS = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty")
 _PR_SET_CHILD_SUBREAPER = 36
 _MSG_FASTOPEN = 0x20000000
+_NSCD_SOCKET_TYPE = socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC
 _SCAN_INTERVAL = 0.05
 
 # Credential locations relative to a home directory (kept in step with the hook).
@@ -37,6 +38,13 @@ _CREDENTIALS = (".ssh", ".aws", ".azure", ".config/gcloud", ".kube", ".docker/co
                 ".password-store", ".vault-token", ".mozilla", ".config/google-chrome",
                 ".config/chromium", ".bitcoin", ".ethereum", ".electrum", ".cargo/credentials",
                 ".cargo/credentials.toml", ".local/share/keyrings")
+# Kept in step with the hook's _PERSISTENCE_PATHS.
+_PERSISTENCE = (".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshrc", ".zprofile",
+                ".zshenv", ".zlogin", ".cshrc", ".tcshrc", ".config/fish", ".config/autostart",
+                ".config/systemd", ".config/environment.d", ".local/share/systemd", ".xinitrc",
+                ".xprofile", ".pam_environment", ".local/lib", ".ssh", ".pythonrc",
+                ".pythonstartup", ".config/pip", ".pip", ".pypirc", ".gitconfig", ".config/git",
+                ".npmrc", ".docker")
 _PROC_PRIVATE = frozenset(("environ", "cmdline", "mem", "maps", "fd", "auxv", "stack",
                            "syscall", "smaps", "pagemap"))
 
@@ -222,7 +230,13 @@ class Supervisor:
         fam = names.get(family, f"af{family}")
         proto = {1: "stream", 2: "dgram", 3: "raw", 5: "seqpacket", 10: "packet"}.get(stype, str(stype))
         target = f"socket({fam}, {proto})"
-        self.add_event("network", BLOCKED, "seccomp", note.pid, target, "socket-denied",
+        rule = "socket-denied"
+        if family == 1 and note.args[1] == _NSCD_SOCKET_TYPE and note.args[2] == 0:
+            # glibc's nscd client (nscd_helper.c open_socket) on every getpwuid/getgrgid
+            # of `ls -l`, `id`, bash without $SHELL...: still refused and listed, but
+            # tagged so it is not mistaken for an attempt to reach ssh-agent/docker.sock.
+            rule = "nscd-probe"
+        self.add_event("network", BLOCKED, "seccomp", note.pid, target, rule,
                        {"syscall": "socket", "family": fam, "type": proto})
         self._add_network(fam, proto, "", None, None, BLOCKED, note.pid, "seccomp")
         return self.deny_errno.get("socket", errno.EPERM)
@@ -487,6 +501,14 @@ class Supervisor:
                     return True
         return path in ("/etc/shadow", "/etc/gshadow") or path.startswith("/etc/ssh/")
 
+    def _persistence(self, path: str) -> bool:
+        for home in self._homes:
+            if path.startswith(home + "/"):
+                rel = path[len(home) + 1:]
+                if any(rel == p or rel.startswith(p + "/") for p in _PERSISTENCE):
+                    return True
+        return False
+
     def _proc_other(self, path: str, pid: int) -> bool:
         parts = path.split("/")
         if len(parts) < 4 or parts[1] != "proc" or not parts[2].isdigit():
@@ -505,6 +527,10 @@ class Supervisor:
         writing = bool(flags & _WRITE_FLAGS)
         detail = {"syscall": "open", "path": raw, "flags": hex(flags)}
         if writing:
+            if self._persistence(path):
+                self.add_event("file-write", BLOCKED, "supervisor", note.pid, path,
+                               "persistence", detail)
+                return errno.EACCES
             if (self._under(path, self._write_roots) or path in _SAFE_WRITE_TARGETS
                     or path.startswith(("/dev/pts/", "/proc/")) or path == self.plan.fifo):
                 if self._credential(path) and not path.startswith(self.plan.home_dir + "/"):
@@ -589,12 +615,28 @@ class Supervisor:
         me_sid = os.getsid(0)
         return {p for p, s in sessions.items() if s != me_sid}
 
+    def _note_before_kill(self, pid: int) -> None:
+        """Record a process we never saw exec (a fork of a shell, a daemon
+        killed before its exec) from /proc, so the report names what was
+        killed instead of a bare pid."""
+        if pid in self.evidence.processes or len(self.evidence.processes) > self.policy.max_events:
+            return
+        ppid, _comm = notify.proc_stat(pid)
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                argv = tuple(os.fsdecode(a) for a in fh.read().split(b"\0")[:-1])
+        except OSError:
+            argv = ()
+        self.evidence.processes[pid] = ProcessRecord(pid, ppid, argv[:64])
+        self.evidence.process_order.append(pid)
+
     def kill_all(self) -> None:
         for _ in range(100):
             alive = self.descendants()
             if not alive:
                 return
             for pid in alive:
+                self._note_before_kill(pid)
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
@@ -691,6 +733,7 @@ class Supervisor:
                 break
             if self.evidence.timed_out or self.evidence.interrupted or alive - {self.root_pid}:
                 for pid in alive:
+                    self._note_before_kill(pid)
                     try:
                         os.kill(pid, signal.SIGKILL)
                     except ProcessLookupError:

@@ -67,6 +67,15 @@ _CREDENTIAL_PATHS = (
     ".cargo/credentials", ".cargo/credentials.toml", ".gem/credentials", ".m2/settings.xml",
     ".config/pip", ".pip", ".bash_history", ".zsh_history", ".python_history",
 )
+# Startup files relative to any home: a write there is a persistence attempt,
+# also in the sandbox's own (throw-away) HOME, where it reveals the intent.
+_PERSISTENCE_PATHS = (
+    ".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshrc", ".zprofile", ".zshenv",
+    ".zlogin", ".cshrc", ".tcshrc", ".config/fish", ".config/autostart", ".config/systemd",
+    ".config/environment.d", ".local/share/systemd", ".xinitrc", ".xprofile", ".pam_environment",
+    ".local/lib", ".ssh", ".pythonrc", ".pythonstartup", ".config/pip", ".pip", ".pypirc",
+    ".gitconfig", ".config/git", ".npmrc", ".docker",
+)
 _SYSTEM_SECRETS = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-",
                    "/etc/sudoers", "/etc/ssh")
 _PROC_PRIVATE = frozenset(("environ", "cmdline", "mem", "maps", "fd", "auxv", "stack",
@@ -90,6 +99,7 @@ def _make_hook(config):
     O_WRONLY, O_RDWR, O_CREAT, O_TRUNC, O_APPEND, O_CLOEXEC = (
         os.O_WRONLY, os.O_RDWR, os.O_CREAT, os.O_TRUNC, os.O_APPEND, os.O_CLOEXEC)
     PIPE_BUF, CREDENTIAL_PATHS, SYSTEM_SECRETS = _PIPE_BUF, _CREDENTIAL_PATHS, _SYSTEM_SECRETS
+    PERSISTENCE_PATHS = _PERSISTENCE_PATHS
     PROC_PRIVATE, PYTHON_NAMES, PY_OPT_WITH_VALUE = _PROC_PRIVATE, _PYTHON_NAMES, _PY_OPT_WITH_VALUE
     CONFIG_NAME, is_numeric, Denied = ENV_CONFIG, _is_numeric, PermissionError
     os_write, os_open, getpid, getppid = os.write, os.open, os.getpid, os.getppid
@@ -269,7 +279,19 @@ def _make_hook(config):
                         "home directories are not readable in the sandbox")
         return None
 
+    def persistence(path):
+        for home in homes + ((sandbox_home,) if sandbox_home else ()):
+            if path.startswith(home + "/"):
+                rel = path[len(home) + 1:]
+                for item in PERSISTENCE_PATHS:
+                    if rel == item or rel.startswith(item + "/"):
+                        return True
+        return False
+
     def check_write(path):
+        if persistence(path):
+            return deny("file-write", path, "persistence",
+                        "startup and configuration files of a home directory are off limits")
         if path in write_files or under(path, write_roots):
             if credential(path) and not path.startswith(sandbox_home + "/"):
                 return deny("file-write", path, "secret-write", "this is a credential location")

@@ -1,0 +1,229 @@
+"""``pipguard install --sandbox`` and ``pipguard sandbox``, offline, with real
+pip, real sdists built in the test, and a fresh target venv per test. Every
+refusal is checked against a byte-for-byte listing of the target environment."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from support import build_sdist
+from support.corpus import project
+
+PY = sys.executable
+
+
+@pytest.fixture(scope="session")
+def sdists(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sdists")
+    for name in ("legit_pure", "legit_cext", "steal_at_build", "steal_at_metadata", "native_helper",
+                 "pth_dropper", "bashrc_persist", "env_grandchild"):
+        build_sdist(project(name), out)
+    return out
+
+
+@pytest.fixture
+def target(tmp_path):
+    venv = tmp_path / "target"
+    subprocess.run([PY, "-m", "venv", str(venv)], check=True)
+    return venv
+
+
+def listing(venv: Path) -> dict:
+    """path -> sha256 of every file in the environment (the 'unchanged' check)."""
+    out = {}
+    for root, _dirs, files in os.walk(venv):
+        for name in files:
+            path = Path(root, name)
+            if path.is_symlink():
+                out[str(path)] = "link:" + os.readlink(path)
+            else:
+                out[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+def pg_install(args, *, home, target, wheelhouse, sdists, cwd, extra_env=None, command="install",
+               timeout=600):
+    report = Path(cwd) / "install-report.json"
+    argv = [PY, "-m", "pipguard", command, *(["--sandbox"] if command == "install" else []),
+            "--python", str(target / "bin" / "python"), "--no-index",
+            "-f", str(wheelhouse), "-f", str(sdists), "--report", str(report), *args]
+    if command == "install" and "--no-sandbox" in args:
+        argv.remove("--sandbox")
+        argv.remove("--no-sandbox")
+    proc = subprocess.run(argv, cwd=cwd, env=home.env(extra_env), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, timeout=timeout)
+    data = json.loads(report.read_text()) if report.exists() else None
+    return proc, data
+
+
+def site_import(target: Path, module: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(target / "bin" / "python"), "-c", f"import {module}"],
+                          capture_output=True, text=True)
+
+
+def test_legit_pure_installs(tmp_path, fake_home, wheelhouse, sdists, target):
+    proc, report = pg_install(["legit_pure"], home=fake_home, target=target, wheelhouse=wheelhouse,
+                              sdists=sdists, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert site_import(target, "legit_pure").returncode == 0
+    (pkg,) = report["packages"]
+    assert pkg["name"] == "legit-pure" and pkg["from_sdist"] and pkg["verdict"] == "clean"
+    assert report["status"] == "installed" and report["verdict"] == "clean"
+    assert {p["name"] for p in report["phases"]} == {"download", "build"}
+
+
+def test_legit_c_extension_builds_and_imports(tmp_path, fake_home, wheelhouse, sdists, target):
+    proc, report = pg_install(["legit_cext"], home=fake_home, target=target, wheelhouse=wheelhouse,
+                              sdists=sdists, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    check = subprocess.run([str(target / "bin" / "python"), "-c",
+                            "from legit_cext._fast import add; print(add(2, 3))"],
+                           capture_output=True, text=True)
+    assert check.stdout.strip() == "5", check.stderr
+    gcc = [p for p in report["processes"] if p["argv"] and os.path.basename(p["argv"][0]).startswith(("gcc", "x86_64-linux-gnu-gcc", "cc"))]
+    assert gcc, "the compiler ran inside the sandbox and was recorded"
+
+
+@pytest.mark.parametrize("name, phase, kind", [
+    ("steal_at_build", "download", "file-read"),
+    ("steal_at_metadata", "download", "file-read"),
+    ("env_grandchild", "download", "file-read"),
+    ("bashrc_persist", "download", "file-write"),
+])
+def test_hostile_sdist_refused_nothing_installed(tmp_path, fake_home, wheelhouse, sdists, target,
+                                                 loopback_tcp, name, phase, kind):
+    before = listing(target)
+    proc, report = pg_install(["--keep-env", "PIPGUARD_TEST_SINK", name], home=fake_home,
+                              target=target, wheelhouse=wheelhouse, sdists=sdists, cwd=tmp_path,
+                              extra_env={"PIPGUARD_TEST_SINK": f"127.0.0.1:{loopback_tcp.port}"})
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert listing(target) == before
+    assert loopback_tcp.received == []
+    assert fake_home.bashrc.read_text() == fake_home.bashrc_original
+    assert report["status"] == "refused" and report["verdict"] == "blocked"
+    blocked = [e for e in report["events"] if e["action"] == "blocked" and e["rule"] != "loopback-bind"]
+    assert any(e["kind"] == kind and e["detail"]["phase"] == phase for e in blocked), blocked
+    assert "refused" in proc.stderr.lower()
+
+
+def test_native_helper_refused_by_os_layer(tmp_path, fake_home, wheelhouse, sdists, target, loopback_tcp):
+    """A compiled helper never touches Python: Landlock/seccomp stop it, the supervisor reports it."""
+    before = listing(target)
+    proc, report = pg_install(["--isolation", "os", "--keep-env", "PIPGUARD_TEST_SINK", "native_helper"],
+                              home=fake_home, target=target, wheelhouse=wheelhouse, sdists=sdists,
+                              cwd=tmp_path,
+                              extra_env={"PIPGUARD_TEST_SINK": f"127.0.0.1:{loopback_tcp.port}"})
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert listing(target) == before and loopback_tcp.received == []
+    native = [e for e in report["events"] if e["action"] == "blocked" and e["layer"] in ("supervisor", "seccomp")]
+    assert any(e["kind"] == "file-read" and e["target"].endswith(".ssh/id_rsa") for e in native), native
+    # (the helper gives up before connecting when the read fails: connect
+    # evidence for native code is covered in test_evidence/test_os_layer_e2e)
+
+
+def test_pth_dropper_refused_by_gate(tmp_path, fake_home, wheelhouse, sdists, target):
+    before = listing(target)
+    proc, report = pg_install(["pth_dropper"], home=fake_home, target=target, wheelhouse=wheelhouse,
+                              sdists=sdists, cwd=tmp_path)
+    assert proc.returncode == 1
+    assert listing(target) == before
+    (pkg,) = report["packages"]
+    assert pkg["verdict"] == "gate"
+    assert [f["rule"] for f in pkg["findings"]] == ["pth-exec"]
+
+
+def test_sandbox_command_installs_nothing(tmp_path, fake_home, wheelhouse, sdists, target):
+    before = listing(target)
+    proc, report = pg_install(["legit_pure"], home=fake_home, target=target, wheelhouse=wheelhouse,
+                              sdists=sdists, cwd=tmp_path, command="sandbox")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert listing(target) == before
+    assert report["status"] == "clean"
+
+
+def test_install_without_sandbox_refuses_sdists(tmp_path, fake_home, wheelhouse, sdists, target):
+    before = listing(target)
+    proc, _ = pg_install(["--no-sandbox", "legit_pure"], home=fake_home, target=target,
+                         wheelhouse=wheelhouse, sdists=sdists, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "--sandbox" in proc.stderr
+    assert listing(target) == before
+
+
+def _write_sdist(tmp_path, name, setup_py):
+    src = tmp_path / "src" / name
+    src.mkdir(parents=True)
+    (src / "setup.py").write_text(textwrap.dedent(setup_py))
+    (src / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n')
+    return build_sdist(src, tmp_path / "extra", name=name, version="1.0")
+
+
+@pytest.mark.parametrize("case", ["build_error", "hang", "corrupt", "traversal", "unknown", "bad_req"])
+def test_failures_leave_environment_unchanged(tmp_path, fake_home, wheelhouse, sdists, target, case):
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    args = []
+    if case == "build_error":
+        _write_sdist(tmp_path, "broken", "raise SystemExit('this package does not build')\n")
+        args = ["-f", str(extra), "broken"]
+    elif case == "hang":
+        _write_sdist(tmp_path, "hangs", "import time\ntime.sleep(600)\n")
+        args = ["--timeout", "8", "-f", str(extra), "hangs"]
+    elif case == "corrupt":
+        good = build_sdist(project("legit_pure"), tmp_path / "tmpsd")
+        data = good.read_bytes()
+        (extra / "corrupt-1.0.tar.gz").write_bytes(data[: len(data) // 2])
+        args = ["-f", str(extra), "corrupt"]
+    elif case == "traversal":
+        path = extra / "evil-1.0.tar.gz"
+        with tarfile.open(path, "w:gz") as tar:
+            for member, content in (("evil-1.0/setup.py", b"from setuptools import setup; setup(name='evil', version='1.0')\n"),
+                                    ("evil-1.0/../../escaped.txt", b"x")):
+                info = tarfile.TarInfo(member)
+                info.size = len(content)
+                import io
+                tar.addfile(info, io.BytesIO(content))
+        args = ["-f", str(extra), "evil"]
+    elif case == "unknown":
+        args = ["no-such-package-pipguard-test"]
+    elif case == "bad_req":
+        req = tmp_path / "req.txt"
+        req.write_text("legit_pure\nthis is not ][ a requirement\n")
+        args = ["-r", str(req)]
+    before = listing(target)
+    proc, report = pg_install(args, home=fake_home, target=target, wheelhouse=wheelhouse,
+                              sdists=sdists, cwd=tmp_path)
+    assert proc.returncode in (1, 2), proc.stderr[-2000:]
+    if case in ("build_error", "hang", "corrupt", "unknown", "bad_req"):
+        assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr.split("pipguard:")[-1]
+    assert listing(target) == before
+    assert not (tmp_path / "escaped.txt").exists()
+
+
+def test_probe_imports_catches_first_import_payload(tmp_path, fake_home, wheelhouse, sdists, target):
+    src = tmp_path / "src" / "importbomb"
+    (src / "importbomb").mkdir(parents=True)
+    (src / "importbomb" / "__init__.py").write_text(
+        "import os\ntry:\n    open(os.path.expanduser('~/.ssh/id_rsa')).read()\nexcept OSError:\n    pass\n")
+    (src / "setup.py").write_text("from setuptools import setup\nsetup(name='importbomb', version='1.0', packages=['importbomb'])\n")
+    (src / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n')
+    build_sdist(src, tmp_path / "extra")
+    before = listing(target)
+    proc, report = pg_install(["--probe-imports", "-f", str(tmp_path / "extra"), "importbomb"],
+                              home=fake_home, target=target, wheelhouse=wheelhouse, sdists=sdists,
+                              cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert listing(target) == before
+    assert any(e["detail"].get("phase") == "probe" and e["kind"] == "file-read"
+               for e in report["events"] if e["action"] == "blocked")
