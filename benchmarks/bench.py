@@ -20,7 +20,8 @@ What it does (see docs/performance.md for results and how to read them):
      os         pipguard run --isolation os --no-observe-reads
                                                     (+ Landlock, seccomp, supervisor)
      full       pipguard run                        (default: everything, reads observed)
-     install    pipguard install --sandbox          (only if that command exists)
+     install    pipguard install --sandbox --python VENV
+                                                    (only if that command exists)
    When ``pipguard install`` is missing the headline row is ``full`` and the
    output says "pipguard run (install command not available)".
 3. start-up: ``pipguard run -- true`` against ``true`` (and a Python no-op),
@@ -30,8 +31,9 @@ What it does (see docs/performance.md for results and how to read them):
    the difference divided by the number of audit events (or opens).
 
 Output: a Markdown report on stdout; ``--json FILE`` writes every sample.
-``--profile PKG`` instead runs one full-sandbox build of PKG under cProfile and
-prints the hottest functions of the pipguard process (launcher + supervisor).
+``--profile PKG`` instead runs one sandboxed build of PKG (``--profile-variant``,
+default full) with the pipguard process under cProfile and prints its hottest
+functions (launcher + supervisor; the sandboxed processes are not profiled).
 
 No timing here is an assertion: this is a measuring tool, not a test.
 """
@@ -624,20 +626,24 @@ def default_pipguard() -> List[str]:
     return [found] if found else [sys.executable, "-m", "pipguard"]
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The module docstring verbatim, and each option's default."""
+
+
 def parse_args(argv: Optional[Sequence[str]] = None):
     p = argparse.ArgumentParser(
         prog="benchmarks/bench.py",
-        description=__doc__.split("\n\n")[0],
+        description=__doc__,
         epilog="Example: python benchmarks/bench.py --rounds 3 --json bench.json > bench.md. "
                "Packages: " + ", ".join(pk.req for pk in PACKAGES) + ". "
                "See docs/performance.md.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=_HelpFormatter)
     p.add_argument("--cache", default=os.path.expanduser("~/.cache/pipguard-bench"),
                    help="where sdists and build wheels are fetched once")
     p.add_argument("--rounds", type=int, default=3, help="timed installs per package and variant")
     p.add_argument("--json", metavar="FILE", help="also write every sample and fact as JSON here")
     p.add_argument("--packages", metavar="NAME,...",
-                   help="only these packages of the pinned set (default: all)")
+                   help="only these packages of the pinned set (none given: all)")
     p.add_argument("--variants", default="plain,audit,os,full,install",
                    help="install variants to run (install is skipped when 'pipguard install' "
                         "does not exist)")
@@ -648,7 +654,7 @@ def parse_args(argv: Optional[Sequence[str]] = None):
                    help="skip sections: installs, startup, hook")
     p.add_argument("--fetch-only", action="store_true", help="fill the cache and stop")
     p.add_argument("--profile", metavar="PKG",
-                   help="instead of benchmarking: one full-sandbox build of PKG with the "
+                   help="instead of benchmarking: one sandboxed build of PKG with the "
                         "pipguard process under cProfile; prints the top functions")
     p.add_argument("--profile-top", type=int, default=25)
     p.add_argument("--profile-variant", default="full", choices=[v for v in ALL_VARIANTS if v != "plain"],

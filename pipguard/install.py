@@ -111,6 +111,67 @@ class PipOptions:
         return not self.no_index or any(_is_url(link) for link in self.find_links)
 
 
+DEFAULT_INDEX = "https://pypi.org/simple"
+PYPI_FILES = "https://files.pythonhosted.org"
+
+
+def pip_config(python: str, env: Dict[str, str]) -> Dict[str, str]:
+    """The user's effective pip configuration (``pip config list``: runs pip
+    only, no package code). Keys like ``global.index-url``."""
+    try:
+        proc = subprocess.run([python, "-m", "pip", "config", "list"], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    out = {}
+    for line in proc.stdout.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            out[key.strip()] = value.strip().strip("'\"")
+    return out
+
+
+def effective_sources(options: "PipOptions", env: Dict[str, str], config: Dict[str, str]) -> "PipOptions":
+    """Fold pip's environment variables and config files into explicit options,
+    so the sandboxed pip (which reads no config) sees the same sources, and so
+    pipguard knows which hosts the index proxy must allow."""
+
+    def setting(name: str) -> Optional[str]:
+        env_name = "PIP_" + name.upper().replace("-", "_")
+        if env.get(env_name):
+            return env[env_name]
+        for section in ("install", "download", "global"):
+            if f"{section}.{name}" in config:
+                return config[f"{section}.{name}"]
+        return None
+
+    def many(name: str) -> Tuple[str, ...]:
+        value = setting(name)
+        return tuple(value.split()) if value else ()
+
+    no_index = options.no_index or (setting("no-index") or "").lower() in ("1", "true", "yes", "on")
+    return dataclasses.replace(
+        options,
+        index_url=options.index_url or setting("index-url"),
+        extra_index_urls=options.extra_index_urls or many("extra-index-url"),
+        find_links=options.find_links or many("find-links"),
+        no_index=no_index,
+    )
+
+
+def index_destinations(options: "PipOptions") -> Tuple[str, ...]:
+    """URLs of every index and find-links page the resolve phase may fetch."""
+    urls: List[str] = []
+    if not options.no_index:
+        index = options.index_url or DEFAULT_INDEX
+        urls.append(index)
+        if "pypi.org" in index:
+            urls.append(PYPI_FILES)  # PyPI serves files from here
+        urls += list(options.extra_index_urls)
+    urls += [link for link in options.find_links if _is_url(link)]
+    return tuple(urls)
+
+
 def _is_url(text: str) -> bool:
     return bool(re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", text)) and not text.startswith("file:")
 
@@ -277,22 +338,27 @@ class Installer:
         self.sandbox_only = sandbox_only
         self.progress = progress or (lambda message: None)
         self.env = dict(os.environ if env is None else env)
-        self.keep_env = tuple(keep_env) + (("PIP_CONFIG_FILE",) if "PIP_CONFIG_FILE" in self.env else ())
+        self.keep_env = tuple(keep_env) + ("PIP_CONFIG_FILE",)
+        self.options = effective_sources(options, self.env, pip_config(self.python, self.env))
         self.phases: List[Phase] = []
         self.command = ("pipguard", "sandbox" if sandbox_only else "install", "--sandbox",
                         *options.resolve_args())
 
     # ------------------------------------------------------------------ runs
     def _sandboxed(self, name: str, package: Optional[str], argv: Sequence[str], cwd: str,
-                   *, network: bool, read: Sequence[str] = (), write: Sequence[str] = ()) -> Report:
+                   *, hosts: Sequence[str] = (), read: Sequence[str] = (), write: Sequence[str] = ()) -> Report:
+        from pipguard.policy import HostPort
+        from pipguard.proxy import destinations_from_urls
         from pipguard.sandbox import run
 
+        allow = tuple(HostPort(d.host, d.port) for d in destinations_from_urls(hosts))
         policy = Policy(
-            isolation=self.isolation, allow_network=network,
+            isolation=self.isolation, allow_hosts=allow,
             allow_read=tuple(dict.fromkeys(read)), allow_write=tuple(dict.fromkeys(write)),
             timeout=self.build_timeout, keep_env=self.keep_env,
         )
-        report = run(list(argv), policy, cwd=cwd, env=self.env)
+        # The sandboxed pip reads no config file: its sources are explicit.
+        report = run(list(argv), policy, cwd=cwd, env=dict(self.env, PIP_CONFIG_FILE=os.devnull))
         self.phases.append(Phase(name, package, report))
         return report
 
@@ -326,7 +392,7 @@ class Installer:
         report = self._sandboxed(
             "download", None,
             self._pip("download", "--dest", download, *self.options.resolve_args()),
-            work, network=self.options.uses_network(), read=local, write=[download])
+            work, hosts=index_destinations(self.options), read=local, write=[download])
         if report.verdict == "blocked":
             return self._refuse("package code misbehaved while pip resolved dependencies")
         if report.exit_code != 0:
@@ -339,10 +405,33 @@ class Installer:
         if not artifacts:
             return self._result("error", message="pip downloaded nothing")
 
+        # 1b. the build phase is offline: fetch every sdist's static build
+        # requirements (as wheels) now, while the index is reachable.
+        sdists = [a for a in artifacts if a.from_sdist]
+        build_reqs = sorted({r for a in sdists for r in build_requirements(a.path)})
+        if build_reqs and self.options.uses_network():
+            self.progress("downloading build requirements")
+            report = self._sandboxed(
+                "build-requirements", None,
+                self._pip("download", "--only-binary", ":all:", "--dest", download,
+                          *self.options.source_args(), *build_reqs),
+                work, hosts=index_destinations(self.options), read=local, write=[download])
+            if report.verdict == "blocked":
+                return self._refuse("something was blocked while downloading build requirements")
+            if report.exit_code != 0:
+                return self._result("error", message=_pip_failure("downloading build requirements", report))
+            known = {a.path for a in artifacts}
+            self.build_only = [a for a in self._artifacts(download) if a.path not in known]
+        else:
+            self.build_only = []
+
         # 2. static gate on everything downloaded.
         findings: Dict[str, List[gate.Finding]] = {}
         for art in artifacts:
             self.progress(f"{art.name} {art.version}: scanning")
+            findings[art.path] = list(self._scan(art))
+        for art in self.build_only:
+            # build requirements are not installed, but run in the build: gate them too
             findings[art.path] = list(self._scan(art))
 
         # 3. build every sdist, one offline sandbox each.
@@ -361,7 +450,7 @@ class Installer:
                           *[a for link in self.options.find_links if not _is_url(link)
                             for a in ("--find-links", _abs_if_path(link))],
                           "--wheel-dir", out, art.path),
-                build_dir, network=False, read=[download, *local], write=[out])
+                build_dir, read=[download, *local], write=[out])
             if report.verdict == "blocked":
                 self.progress(f"{art.name} {art.version}: BLOCKED")
                 continue
@@ -378,6 +467,11 @@ class Installer:
         packages = self._package_results(artifacts, built, findings)
         all_findings = [f for fs in findings.values() for f in fs]
         refused = [p for p in packages if p.verdict != "clean"]
+        tooling = [f for a in self.build_only for f in findings.get(a.path, [])
+                   if f.severity in REFUSING_SEVERITIES]
+        if tooling and not refused:
+            return self._refuse("a build requirement failed the gate: "
+                                + ", ".join(sorted({f.package for f in tooling})), packages, all_findings)
         if refused:
             return self._refuse("; ".join(f"{p.name}: {p.verdict}" for p in refused), packages,
                                 all_findings)
@@ -462,10 +556,46 @@ class Installer:
             self.progress(f"probing import {module}")
             code = f"import sys; sys.path.insert(0, {target!r}); import {module}"
             report = self._sandboxed("probe", module, [self.python, "-c", code],
-                                     os.path.join(stage, "work"), network=False, read=[target])
+                                     os.path.join(stage, "work"), read=[target])
             if report.verdict == "blocked":
                 return f"importing {module} attempted something blocked"
         return None
+
+
+_REQUIRES_RE = re.compile(r"^\s*requires\s*=\s*\[(.*?)\]", re.S | re.M)
+_BACKEND_RE = re.compile(r"^\s*build-backend\s*=\s*[\"']([^\"']+)[\"']", re.M)
+
+
+def build_requirements(sdist: str) -> List[str]:
+    """The static ``[build-system] requires`` of an sdist (read, never run).
+    PEP 517's default when absent: setuptools and wheel."""
+    import tarfile
+    import zipfile
+
+    text = None
+    try:
+        if sdist.endswith(".zip"):
+            with zipfile.ZipFile(sdist) as zf:
+                names = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith("/pyproject.toml")]
+                text = zf.read(names[0]).decode("utf-8", "replace") if names else None
+        else:
+            with tarfile.open(sdist) as tf:
+                for member in tf:
+                    if member.isfile() and member.name.count("/") == 1 and member.name.endswith("/pyproject.toml"):
+                        text = tf.extractfile(member).read().decode("utf-8", "replace")
+                        break
+    except (OSError, tarfile.TarError, zipfile.BadZipFile):
+        return []
+    if not text or "[build-system]" not in text:
+        return ["setuptools>=40.8.0", "wheel"]
+    section = text.split("[build-system]", 1)[1].split("\n[", 1)[0]
+    found = _REQUIRES_RE.search(section)
+    reqs = re.findall(r"[\"']([^\"']+)[\"']", found.group(1)) if found else []
+    backend = _BACKEND_RE.search(section)
+    if backend and backend.group(1).startswith("setuptools.build_meta") and not any(
+            _canonical(re.split(r"[<>=!~;\[ ]", r, 1)[0]) == "wheel" for r in reqs):
+        reqs.append("wheel")  # setuptools < 70.1 asks for it from get_requires_for_build_wheel
+    return reqs
 
 
 def _pip_failure(what: str, report: Report) -> str:

@@ -29,6 +29,10 @@ _RESP = struct.Struct("=QqiI")
 IOCTL_RECV = 0xC0502100
 IOCTL_SEND = 0xC0182101
 IOCTL_ID_VALID = 0x40082102
+# struct seccomp_notif_addfd { u64 id; u32 flags; u32 srcfd; u32 newfd; u32 newfd_flags; }
+_ADDFD = struct.Struct("=QIIII")
+IOCTL_ADDFD = 0x40182103
+ADDFD_FLAG_SETFD = 1
 FLAG_CONTINUE = 1
 
 _SYS_pidfd_open = 434
@@ -72,6 +76,30 @@ def _send(listener: int, packed: bytes) -> None:
     except OSError as exc:
         if exc.errno != errno.ENOENT:  # target died or was interrupted: nothing to answer
             raise
+
+
+def install_fd(listener: int, nid: int, ours: int, their_fd: int, cloexec: bool) -> None:
+    """Replace descriptor ``their_fd`` of the notifying process with a copy of
+    ``ours`` (SECCOMP_IOCTL_NOTIF_ADDFD with SETFD, Linux >= 5.14)."""
+    flags = os.O_CLOEXEC if cloexec else 0
+    fcntl.ioctl(listener, IOCTL_ADDFD, _ADDFD.pack(nid, ADDFD_FLAG_SETFD, ours, their_fd, flags))
+
+
+def respond_value(listener: int, nid: int, value: int) -> None:
+    """Complete the syscall ourselves with return ``value`` (no CONTINUE)."""
+    _send(listener, _RESP.pack(nid, value, 0, 0))
+
+
+def fd_flags(pid: int, fd: int) -> int:
+    """The open-file flags of ``fd`` in ``pid`` (from /proc/<pid>/fdinfo)."""
+    try:
+        with open(f"/proc/{pid}/fdinfo/{fd}") as fh:
+            for line in fh:
+                if line.startswith("flags:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def take_fd(pid: int, fd: int) -> int:

@@ -77,6 +77,7 @@ class Plan:
     os_spec: Optional[OsLayerSpec]
     os_required: bool
     unavailable: Dict[str, str] = field(default_factory=dict)
+    proxy_port: Optional[int] = None
 
 
 def home_directories(env: Optional[Mapping[str, str]] = None) -> Tuple[str, ...]:
@@ -170,7 +171,8 @@ def resolve_command(argv: Sequence[str], path_var: Optional[str], cwd: str) -> s
 
 def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
               env: Optional[Mapping[str, str]] = None, supervisor_pid: Optional[int] = None,
-              os_available: bool = True, os_reason: str = "") -> Plan:
+              os_available: bool = True, os_reason: str = "",
+              proxy_port: Optional[int] = None) -> Plan:
     """Resolve ``policy`` for running ``argv``. Creates the private run
     directory (temp dir, sandbox HOME, event FIFO); the caller removes it."""
     cwd = os.path.realpath(cwd or os.getcwd())
@@ -216,6 +218,12 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
         network = "hosts"
     else:
         network = "none"
+    if network == "hosts":
+        if proxy_port is None:
+            raise UsageError("allow_hosts needs pipguard's index proxy (use pipguard.sandbox.run)")
+        proxy = f"http://127.0.0.1:{proxy_port}"
+        for name in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"):
+            kept[name] = proxy
     hook_config = {
         "homes": list(homes),
         "sandbox_home": home_dir,
@@ -223,7 +231,8 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
         "write": write_roots,
         "write_files": [fifo],
         "network": network,
-        "hosts": [str(h) for h in policy.allow_hosts] + [h.host for h in policy.allow_hosts],
+        # the sandbox itself reaches only the proxy; the proxy enforces the hosts
+        "hosts": [f"127.0.0.1:{proxy_port}"] if network == "hosts" else [],
         "subprocess": policy.allow_subprocess,
         "supervisor_pid": supervisor_pid or os.getpid(),
         "fifo": fifo,
@@ -248,7 +257,7 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
                 write_paths=tuple(dict.fromkeys([*write_roots, fifo])),
                 device_paths=tuple(dict.fromkeys([*DEVICES, *_tty_devices()])),
                 network="all" if network == "all" else ("ports" if network == "hosts" else "none"),
-                tcp_connect_ports=tuple(sorted({h.port for h in policy.allow_hosts if h.port})),
+                tcp_connect_ports=(proxy_port,) if network == "hosts" else (),
                 allow_subprocess=policy.allow_subprocess,
                 notify=True,
                 observe_reads=policy.observe_reads,
@@ -257,7 +266,7 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
         argv=tuple(argv), executable=executable, cwd=cwd, run_dir=run_dir, fifo=fifo,
         tmp_dir=tmp_dir, home_dir=home_dir, env=kept, env_removed=removed, homes=homes,
         read_roots=tuple(read_roots), write_roots=tuple(write_roots), os_spec=os_spec,
-        os_required=policy.isolation == "os", unavailable=unavailable,
+        os_required=policy.isolation == "os", unavailable=unavailable, proxy_port=proxy_port,
     )
 
 

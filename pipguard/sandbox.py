@@ -58,7 +58,19 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
     notify = progress or (lambda message: None)
     argv = [os.fspath(a) for a in argv]
     possible, reason = _os_layer_possible()
-    plan = make_plan(argv, policy, cwd=cwd, env=env, os_available=possible, os_reason=reason)
+    proxy = None
+    if policy.allow_hosts:
+        from pipguard.proxy import Destination, IndexProxy
+
+        proxy = IndexProxy(tuple(Destination(h.host, h.port) for h in policy.allow_hosts))
+        proxy.__enter__()
+    try:
+        plan = make_plan(argv, policy, cwd=cwd, env=env, os_available=possible, os_reason=reason,
+                         proxy_port=proxy.port if proxy else None)
+    except BaseException:
+        if proxy:
+            proxy.__exit__(None, None, None)
+        raise
     started_at = time.time()
     try:
         roots = [r for r in plan.write_roots if record_build_dir or r != plan.cwd]
@@ -70,10 +82,26 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
         started = launcher.start(plan)
         supervisor = Supervisor(plan, policy, started)
         evidence = supervisor.run()
+        if proxy is not None:
+            _proxy_evidence(proxy, supervisor)
         written = files.changed(before, files.snapshot(roots))
         return _report(plan, policy, started, evidence, written, started_at)
     finally:
+        if proxy is not None:
+            proxy.__exit__(None, None, None)
         cleanup(plan)
+
+
+def _proxy_evidence(proxy, supervisor) -> None:
+    """Every request the index proxy saw becomes a network event (with host name)."""
+    for when, action, host, port, how, client_port in list(proxy.records):
+        pid = supervisor.proxy_clients.get(client_port, 0)
+        rule = "index-allowed" if action == "allowed" else "not-an-index"
+        supervisor.add_event("network", action, "proxy", pid, f"{host}:{port}", rule,
+                             {"protocol": "https" if how == "CONNECT" else "http", "method": how,
+                              "host": host, "port": port}, when=when)
+        supervisor._add_network("inet", "https" if how == "CONNECT" else "http", host, port, host,
+                                action, pid, "proxy")
 
 
 def _report(plan: Plan, policy: Policy, started, evidence, written, started_at: float) -> Report:

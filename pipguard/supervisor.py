@@ -29,6 +29,9 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 _SAFE_WRITE_TARGETS = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty")
 _PR_SET_CHILD_SUBREAPER = 36
 _MSG_FASTOPEN = 0x20000000
+_HANDLED = -1  # a handler already answered the notification itself
+_FAIL_CLOSED = frozenset(("connect", "bind", "sendto", "sendmsg", "sendmmsg", "socket",
+                          "open", "openat", "openat2", "creat"))
 _NSCD_SOCKET_TYPE = socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC
 _SCAN_INTERVAL = 0.05
 
@@ -117,7 +120,7 @@ class Supervisor:
         self._read_roots = tuple(r.rstrip("/") for r in plan.read_roots)
         self._homes = tuple(plan.homes) + (plan.home_dir,)
         self._network = "all" if policy.allow_network else ("hosts" if policy.allow_hosts else "none")
-        self._allowed_ports = {h.port for h in policy.allow_hosts if h.port}
+        self.proxy_clients: Dict[int, int] = {}  # our local port -> sandbox pid
         self.evidence.processes[self.root_pid] = ProcessRecord(
             self.root_pid, os.getpid(), tuple(plan.argv))
         self.evidence.process_order.append(self.root_pid)
@@ -209,9 +212,12 @@ class Supervisor:
             else:
                 err = self._on_denied(note, name)
         except Exception as exc:  # never leave a syscall hanging on a supervisor bug
-            self.add_event("syscall", ALLOWED, "supervisor", note.pid, name, "supervisor-error",
-                           {"error": repr(exc)})
-            err = None
+            # Fail closed where we guard something; exec/exit/fork only observe.
+            err = errno.EPERM if name in _FAIL_CLOSED else None
+            self.add_event("syscall", BLOCKED if err else ALLOWED, "supervisor", note.pid, name,
+                           "supervisor-error", {"error": repr(exc)})
+        if err == _HANDLED:
+            return
         if err:
             notify.respond_error(listener, note.id, err)
         else:
@@ -322,6 +328,8 @@ class Supervisor:
     def _signal_decision(self, note: notify.Notification, op: str, pid: int, sig: int) -> int:
         if pid == 0:
             return 0  # our own process group: the sandbox has its own session
+        if pid > 0 and (pid == note.pid or self._tgid(pid) == self._tgid(note.pid)):
+            return 0  # to itself (raise(), abort(), Go's preemption tgkill): no /proc scan
         inside = self.descendants()
         if pid < -1:
             groups = set()
@@ -398,21 +406,19 @@ class Supervisor:
         family, address, port = notify.decode_sockaddr(raw)
         if family == "unix" and self._network == "all":
             return 0  # only socketpair() sockets exist in the sandbox: nothing leaves
-        if self._network == "none":
-            # Refuse whatever the memory said: the decision must not depend on
-            # bytes another thread can change after we read them.
-            family = family if family != "unix" else "unix"
         protocol = self._socket_protocol(note.pid, fd) if op in ("connect", "bind") else "udp"
         if port == 53:
             protocol = "dns"
         target = f"[{address}]:{port}" if family == "inet6" else f"{address}:{port}"
         detail = {"syscall": op, "family": family, "protocol": protocol, "address": address,
                   "port": port}
-        allowed = self._network == "all" or (family != "unix" and
-            self._network == "hosts" and protocol == "tcp" and port in self._allowed_ports
-            and address in ("127.0.0.1", "::1"))
-        if op == "bind" and port == 0 and not allowed:
-            allowed = False
+        # "none" refuses whatever the memory said, and "hosts" never lets the
+        # kernel act on the sandbox's sockaddr: the decision must not depend
+        # on bytes another thread can change after we read them.
+        if (self._network == "hosts" and op == "connect" and family == "inet"
+                and address == "127.0.0.1" and port == self.plan.proxy_port and protocol == "tcp"):
+            return self._connect_on_behalf(note, fd, target, detail)
+        allowed = self._network == "all"
         action = ALLOWED if allowed else BLOCKED
         rule = "network-allowed" if allowed else "network-denied"
         if op == "bind" and not allowed and address in ("127.0.0.1", "::1", "0.0.0.0", "::"):
@@ -420,6 +426,23 @@ class Supervisor:
         self.add_event("network", action, "supervisor", note.pid, target, rule, detail)
         self._add_network(family, protocol, address, port, None, action, note.pid, "supervisor")
         return 0 if allowed else errno.EACCES
+
+    def _connect_on_behalf(self, note: notify.Notification, fd: int, target: str, detail: dict) -> int:
+        """Connect a socket of our own to the index proxy and put it in place
+        of the sandbox's fd (ADDFD+SETFD): the kernel never connects the
+        sandbox's socket, so a sockaddr swapped after our read changes nothing."""
+        flags = notify.fd_flags(note.pid, fd)
+        ours = socket.create_connection(("127.0.0.1", self.plan.proxy_port), timeout=10)
+        try:
+            ours.setblocking(not flags & os.O_NONBLOCK)
+            self.proxy_clients[ours.getsockname()[1]] = note.pid
+            notify.install_fd(self.started.listener, note.id, ours.fileno(), fd,
+                              bool(flags & os.O_CLOEXEC))
+        finally:
+            ours.close()
+        self.add_event("network", ALLOWED, "supervisor", note.pid, target, "index-proxy", detail)
+        notify.respond_value(self.started.listener, note.id, 0)
+        return _HANDLED
 
     def _on_connect(self, note: notify.Notification) -> int:
         return self._network_decision(note, "connect", note.args[1], note.args[2], note.args[0])
