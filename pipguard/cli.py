@@ -242,9 +242,11 @@ def doctor(fmt) -> None:
 
 
 def _fail(message: str, hint: Optional[str] = None, code: int = exitcodes.ERROR) -> None:
-    click.echo(f"pipguard: error: {message}", err=True)
+    """One line on stderr: the problem, then what to do."""
+    line = f"pipguard: error: {message}"
     if hint:
-        click.echo(f"pipguard: hint: {hint}", err=True)
+        line += f" (hint: {hint})"
+    click.echo(line, err=True)
     raise SystemExit(code)
 
 

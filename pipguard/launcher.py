@@ -95,6 +95,13 @@ def start(plan: Plan) -> Started:
                 # Without a supervisor, notified syscalls fail with ENOSYS once
                 # the child closes its copy: fail closed, and say so.
                 unavailable["supervisor"] = f"cannot take the listener fd: {exc}"
+        if listener is None and plan.proxy_port is not None and plan.os_spec is not None:
+            # Landlock grants the proxy's port to every address; only the
+            # supervisor (connecting on the sandbox's behalf) pins the address.
+            process.kill()
+            process.wait()
+            raise LayerUnavailable("index-only network needs the seccomp supervisor, which is unavailable",
+                                   hint="use a kernel with seccomp user notification, or --no-index with local files")
         parent_sock.sendall(b"k")
         return Started(process, listener, applied, unavailable, int(status.get("landlock_abi", 0)))
     finally:

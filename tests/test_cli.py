@@ -1,0 +1,115 @@
+"""The CLI's contract: bad input is one line on stderr and exit 2 with nothing
+run or half-written; statuses follow DESIGN.md."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+PY = sys.executable
+
+
+def cli(*args, cwd, env=None, timeout=120):
+    return subprocess.run([PY, "-m", "pipguard", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture
+def work(tmp_path):
+    d = tmp_path / "work"
+    d.mkdir()
+    return d
+
+
+@pytest.mark.parametrize("args, words", [
+    (["run", "--bogus", "--", "true"], "--bogus"),
+    (["run"], "COMMAND"),
+    (["run", "--"], "COMMAND"),
+    (["run", "--", "no-such-command-pipguard"], "command not found"),
+    (["run", "--", "./not-executable.sh"], "not executable"),
+    (["run", "--report", "/nonexistent-dir/r.json", "--", "touch", "ran"], "does not exist"),
+    (["run", "--timeout", "-1", "--", "touch", "ran"], "positive"),
+    (["run", "--timeout", "soon", "--", "touch", "ran"], "soon"),
+    (["run", "--allow-write", "/nonexistent-pipguard", "--", "touch", "ran"], "no such file"),
+    (["run", "--allow-read", "/nonexistent-pipguard", "--", "touch", "ran"], "no such file"),
+    (["run", "--format", "xml", "--", "touch", "ran"], "xml"),
+    (["run", "--isolation", "paranoid", "--", "touch", "ran"], "paranoid"),
+    (["run", "--allow-network", "--allow-host", "pypi.org", "--", "touch", "ran"], "contradict"),
+    (["run", "--allow-host", "pypi.org:99999", "--", "touch", "ran"], "port"),
+    (["install", "--sandbox"], "nothing to install"),
+    (["install", "--sandbox", "-r", "/nonexistent/req.txt"], "not found"),
+    (["frobnicate"], "frobnicate"),
+])
+def test_bad_input_is_one_line_exit_2(work, args, words):
+    (work / "not-executable.sh").write_text("#!/bin/sh\ntouch ran\n")
+    r = cli(*args, cwd=work)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1, r.stderr
+    assert "Traceback" not in r.stderr
+    assert words.lower() in lines[0].lower()
+    assert not (work / "ran").exists(), "nothing may run on bad input"
+    assert not list(work.glob("*.json"))
+
+
+def test_refuses_home_or_root_as_build_dir(tmp_path):
+    r = cli("run", "--", "true", cwd="/")
+    assert r.returncode == 2 and "refusing" in r.stderr
+
+
+def test_exit_status_passthrough(work):
+    assert cli("run", "--", "sh", "-c", "exit 3", cwd=work).returncode == 3
+    assert cli("run", "--", "sh", "-c", "kill -TERM $$", cwd=work).returncode == 128 + 15
+
+
+def test_stdio_passes_through_and_json_on_stdout(work):
+    r = cli("run", "--format", "json", "--", "sh", "-c", "echo out; echo err >&2", cwd=work)
+    assert r.returncode == 0
+    assert r.stdout.startswith("out\n")
+    report = json.loads(r.stdout[len("out\n"):])
+    assert report["schema"] == "pipguard.report/1" and report["verdict"] == "clean"
+    assert "err" in r.stderr
+
+
+def test_sarif_output(work, fake_home):
+    r = cli("run", "--format", "sarif", "--", "cat", str(fake_home.secrets["id_rsa"]), cwd=work,
+            env=fake_home.env())
+    sarif = json.loads(r.stdout)
+    assert sarif["version"] == "2.1.0"
+    results = sarif["runs"][0]["results"]
+    assert results and results[0]["ruleId"] in ("home-read", "secret-read")
+
+
+def test_help_explains(work):
+    for args in (["--help"], ["run", "--help"], ["install", "--help"], ["sandbox", "--help"],
+                 ["doctor", "--help"]):
+        r = cli(*args, cwd=work)
+        assert r.returncode == 0 and "Usage" in r.stdout
+    assert "124" in cli("run", "--help", cwd=work).stdout
+    assert "refused" in cli("install", "--help", cwd=work).stdout
+
+
+def test_doctor_json(work):
+    r = cli("doctor", "--format", "json", cwd=work)
+    data = json.loads(r.stdout)
+    assert r.returncode == (1 if data["default_isolation_degraded"] else 0)
+    assert {c["name"] for c in data["checks"]} >= {"landlock.fs", "seccomp"}
+
+
+def test_library_rejects_unknown_policy_settings():
+    from pipguard.errors import PolicyError
+    from pipguard.sandbox import run_sandboxed
+
+    with pytest.raises(PolicyError, match="allow_netwrk"):
+        run_sandboxed(["true"], allow_netwrk=True)
+
+
+def test_run_sandboxed_returns_status(work):
+    from pipguard.sandbox import run_sandboxed
+
+    assert run_sandboxed(["sh", "-c", "exit 7"], cwd=str(work)) == 7
+    assert run_sandboxed(["sleep", "30"], cwd=str(work), timeout=1) == 124
