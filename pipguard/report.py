@@ -23,8 +23,9 @@ KINDS = ("file-read", "file-write", "network", "process", "signal", "syscall", "
 BLOCKED = "blocked"
 ALLOWED = "allowed"
 #: Blocked, reported, but not a finding: refusals that ordinary tools trigger
-#: (urllib3 probes IPv6 by binding ::1 port 0). They do not make the verdict.
-INFORMATIONAL_RULES = frozenset(("loopback-bind",))
+#: (urllib3 probes IPv6 by binding ::1 port 0; glibc tries the nscd socket on user
+#: lookups). They do not make the verdict.
+INFORMATIONAL_RULES = frozenset(("loopback-bind", "nscd-probe"))
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ asserts the action failed AND the report holds the blocked event."""
 
 from __future__ import annotations
 
+import os
 import sys
 import textwrap
 
@@ -299,3 +300,43 @@ def test_setup_py_steal_under_real_pip_build_isolation(work, fake_home, wheelhou
     # attributed to the package's own Python code (its attack module, called from setup.py)
     assert any("pgattack.py:" in e["detail"].get("python", "") for e in reads), reads
     assert r.blocked(kind="network")
+
+
+@pytest.fixture(scope="session")
+def pip26_python(tmp_path_factory):
+    """A venv with pip 26 (whose build env is a real venv with PYTHONPATH=''),
+    made once per cache; skipped offline unless strict."""
+    import subprocess
+
+    from support import strict
+
+    cache = os.environ.get("PIPGUARD_TEST_CACHE", os.path.expanduser("~/.cache/pipguard-tests"))
+    venv = os.path.join(cache, "pip26-venv")
+    python = os.path.join(venv, "bin", "python")
+    check = subprocess.run([python, "-m", "pip", "--version"], capture_output=True, text=True) \
+        if os.path.exists(python) else None
+    if check is None or check.returncode != 0 or " 26." not in check.stdout:
+        subprocess.run([sys.executable, "-m", "venv", "--clear", venv], check=True)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+        env["PIP_CONFIG_FILE"] = os.devnull
+        got = subprocess.run([python, "-m", "pip", "install", "-q", "pip==26.3"], env=env,
+                             capture_output=True, text=True)
+        if got.returncode != 0:
+            if strict():
+                pytest.fail("cannot install pip 26.3: " + got.stderr[-500:])
+            pytest.skip("pip 26.3 not installable (offline?)")
+    return python
+
+
+def test_setup_py_steal_under_pip26_venv_build_env(work, fake_home, wheelhouse, corpus_sdist,
+                                                    loopback_tcp, pip26_python):
+    sdist = corpus_sdist("steal_at_build")
+    r = pipguard(["run", "--isolation", "audit", "--keep-env", "PIPGUARD_TEST_SINK",
+                  "--allow-read", str(wheelhouse), "--",
+                  pip26_python, "-m", "pip", "wheel", "--no-deps", "--no-index", "--find-links",
+                  str(wheelhouse), "-w", str(work / "out"), str(sdist)],
+                 cwd=work, env=fake_home.env({"PIPGUARD_TEST_SINK": f"127.0.0.1:{loopback_tcp.port}"}))
+    assert loopback_tcp.received == [] and not fake_home.stolen()
+    reads = r.blocked(kind="file-read")
+    assert any(e["target"].endswith(".ssh/id_rsa") and "pgattack.py:" in e["detail"].get("python", "")
+               for e in reads), r.stderr[-3000:]
