@@ -132,7 +132,7 @@ def test_bash_dev_tcp_allowed_and_recorded(work, fake_home, loopback_tcp):
 def test_user_lookup_nscd_probe_is_not_a_finding(work, fake_home):
     """`id`, `ls -l`, bash without $SHELL: glibc tries nscd's unix socket on every user lookup.
     Still refused (unix sockets stay denied) and listed, but tagged ``nscd-probe``."""
-    r = run_os(["sh", "-c", "id -un; ls -l / > /dev/null"], work, fake_home)
+    r = run_os(["sh", "-c", "id -un; ls -l /usr > /dev/null"], work, fake_home)
     assert r.returncode == 0 and r.stdout.strip(), r.stderr
     rules = {e["rule"] for e in r.blocked()}
     assert rules <= {"nscd-probe"}, r.blocked()
