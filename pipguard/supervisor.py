@@ -755,6 +755,13 @@ class Supervisor:
             if not alive:
                 break
             if self.evidence.timed_out or self.evidence.interrupted or alive - {self.root_pid}:
+                # Freeze first, then kill: a parent must not get to run (and
+                # act on a child's death) between two SIGKILLs.
+                for pid in alive:
+                    try:
+                        os.kill(pid, signal.SIGSTOP)
+                    except ProcessLookupError:
+                        pass
                 for pid in alive:
                     self._note_before_kill(pid)
                     try:
@@ -763,8 +770,6 @@ class Supervisor:
                         continue
                     if pid != self.root_pid and pid not in self.evidence.killed:
                         self.evidence.killed.append(pid)
-                    elif pid == self.root_pid and not self.evidence.interrupted:
-                        pass
             for key, _mask in sel.select(0.01):
                 if key.data == "notify":
                     try:

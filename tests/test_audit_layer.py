@@ -340,3 +340,16 @@ def test_setup_py_steal_under_pip26_venv_build_env(work, fake_home, wheelhouse, 
     reads = r.blocked(kind="file-read")
     assert any(e["target"].endswith(".ssh/id_rsa") and "pgattack.py:" in e["detail"].get("python", "")
                for e in reads), r.stderr[-3000:]
+
+
+def test_fork_exec_python_child_is_hooked(work, fake_home):
+    r = run_py(f"""
+        import os, sys
+        pid = os.fork()
+        if pid == 0:
+            os.execv(sys.executable, [sys.executable, "-c",
+                     "open({str(fake_home.secrets['aws'])!r}).read(); print('STOLEN')"])
+        os.waitpid(pid, 0)
+    """, work, fake_home)
+    assert "STOLEN" not in r.stdout
+    assert any(t.endswith(".aws/credentials") for t in r.targets(kind="file-read", layer="audit"))

@@ -530,6 +530,9 @@ def test_pip_built_wheel_with_pth_and_sudo_script(tmp_path, wheelhouse):
     (proj / "setup.py").write_text(SETUP_PY)
     (proj / "gatepth.py").write_text("def main():\n    pass\n")
     (proj / "gatepth_hook.pth").write_text("import os; os.system('id')\n")
+    # an isolated PEP 517 build from the wheelhouse, whatever the venv's own setuptools/wheel
+    (proj / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools", "wheel"]\nbuild-backend = "setuptools.build_meta"\n')
     out = tmp_path / "out"
     proc = support.pip_wheel(proj, out, wheelhouse, env=support.clean_env(tmp_path / "home"))
     assert proc.returncode == 0, proc.stdout[-3000:]
