@@ -602,21 +602,31 @@ def _make_hook(config):
         if problem:
             raise _Denied(13, problem)
 
-    def os_open_wrapper(original):
-        # The "open" audit event carries no dir_fd: turn openat-style calls
-        # into the equivalent /proc/self/fd/N/PATH so the event shows where
-        # the path really leads.
-        def open(path, flags, mode=0o777, *, dir_fd=None):
+    class OpenAt(object):
+        """``os.open`` that turns openat-style calls into /proc/self/fd/N/PATH:
+        the "open" audit event carries no dir_fd, so this makes it show where
+        the path really leads. An instance, not a function, so that it does
+        not bind as a method where the stdlib stores ``os.open`` in a class
+        (pathlib's accessor on Python 3.9)."""
+
+        __slots__ = ("_original",)
+        __module__ = "_pipguard_hook"
+
+        def __init__(self, original):
+            self._original = original
+
+        def __call__(self, path, flags, mode=0o777, *, dir_fd=None):
             if dir_fd is not None and not isinstance(path, int):
                 raw = fspath(path)
                 if not (raw.startswith(b"/") if isinstance(raw, bytes) else raw.startswith("/")):
                     path = "/proc/self/fd/%d/%s" % (dir_fd, fsdecode(raw))
                     dir_fd = None
             if dir_fd is None:
-                return original(path, flags, mode)
-            return original(path, flags, mode, dir_fd=dir_fd)
-        open.__module__ = "_pipguard_hook"
-        return open
+                return self._original(path, flags, mode)
+            return self._original(path, flags, mode, dir_fd=dir_fd)
+
+    def os_open_wrapper(original):
+        return OpenAt(original)
 
     return hook, fork_exec_wrapper, inject_env, os_open_wrapper
 
@@ -680,7 +690,10 @@ def install():
     hook, fork_exec_wrapper, inject_env, os_open_wrapper = _make_hook(config)
     import posix
 
-    posix.open = os.open = os_open_wrapper(posix.open)
+    wrapped = os_open_wrapper(posix.open)
+    if posix.open in os.supports_dir_fd:  # shutil.rmtree picks its safe variant by this
+        os.supports_dir_fd.add(wrapped)
+    posix.open = os.open = wrapped
     # Keep the environment of this process hooked for children that inherit
     # it (os.system, multiprocessing, shells that start Python).
     inject_env(os.environ)
