@@ -56,8 +56,10 @@ def main(config_text: str) -> None:
         except Exception as exc:  # a bug or an unexpected kernel answer: never run unconfined
             _send(control_fd, {"error": f"OS layer failed: {exc!r}"})
             os._exit(125)
+        from pipguard.oslayer.seccomp import NOTIFIED
+
         status = {"applied": list(applied.applied), "unavailable": dict(applied.unavailable),
-                  "landlock_abi": applied.landlock_abi}
+                  "landlock_abi": applied.landlock_abi, "syscalls": NOTIFIED}
         listener = applied.listener_fd
     status["listener_fd"] = listener
     _send(control_fd, status)

@@ -116,18 +116,34 @@ PYPI_FILES = "https://files.pythonhosted.org"
 
 
 def pip_config(python: str, env: Dict[str, str]) -> Dict[str, str]:
-    """The user's effective pip configuration (``pip config list``: runs pip
-    only, no package code). Keys like ``global.index-url``."""
-    try:
-        proc = subprocess.run([python, "-m", "pip", "config", "list"], env=env, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
+    """The user's pip configuration as pip reads it (global, user, site, then
+    PIP_CONFIG_FILE; ``os.devnull`` there means none at all), as keys like
+    ``global.index-url``. Parsed here rather than by running ``pip config``:
+    cheaper, and no code of the target environment runs."""
+    import configparser
+
+    forced = env.get("PIP_CONFIG_FILE")
+    if forced == os.devnull:
         return {}
-    out = {}
-    for line in proc.stdout.splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            out[key.strip()] = value.strip().strip("'\"")
+    home = env.get("HOME") or os.path.expanduser("~")
+    xdg_dirs = (env.get("XDG_CONFIG_DIRS") or "/etc/xdg").split(":")
+    xdg_home = env.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
+    prefix = os.path.dirname(os.path.dirname(os.path.abspath(python)))
+    files = [os.path.join(d, "pip", "pip.conf") for d in reversed(xdg_dirs)] + ["/etc/pip.conf"]
+    files += [os.path.join(home, ".pip", "pip.conf"), os.path.join(xdg_home, "pip", "pip.conf"),
+              os.path.join(prefix, "pip.conf")]
+    if forced:
+        files.append(forced)
+    out: Dict[str, str] = {}
+    for path in files:
+        parser = configparser.RawConfigParser()
+        try:
+            parser.read(path)
+        except (configparser.Error, OSError, UnicodeDecodeError):
+            continue
+        for section in parser.sections():
+            for key, value in parser.items(section):
+                out[f"{section}.{key.replace('_', '-')}"] = " ".join(value.split())
     return out
 
 
@@ -387,6 +403,9 @@ class Installer:
             os.mkdir(d)
         local = self.options.local_paths()
 
+        if not self.options.uses_network():
+            return self._run_local(stage, work, wheels, local)
+
         # 1. resolve + download, sandboxed: resolution runs sdist metadata hooks.
         self.progress("resolving and downloading")
         report = self._sandboxed(
@@ -396,11 +415,7 @@ class Installer:
         if report.verdict == "blocked":
             return self._refuse("package code misbehaved while pip resolved dependencies")
         if report.exit_code != 0:
-            message = _pip_failure("pip download", report)
-            if ":all:" in self.options.only_binary:
-                message += ("; without --sandbox only wheels are allowed: if a package is only "
-                            "available as an sdist, building it needs 'pipguard install --sandbox'")
-            return self._result("error", message=message)
+            return self._result("error", message=self._resolve_failure("pip download", report))
         artifacts = self._artifacts(download)
         if not artifacts:
             return self._result("error", message="pip downloaded nothing")
@@ -466,43 +481,80 @@ class Installer:
 
         packages = self._package_results(artifacts, built, findings)
         all_findings = [f for fs in findings.values() for f in fs]
-        refused = [p for p in packages if p.verdict != "clean"]
         tooling = [f for a in self.build_only for f in findings.get(a.path, [])
                    if f.severity in REFUSING_SEVERITIES]
-        if tooling and not refused:
+        if tooling and all(p.verdict == "clean" for p in packages):
             return self._refuse("a build requirement failed the gate: "
                                 + ", ".join(sorted({f.package for f in tooling})), packages, all_findings)
+        installables = [built[a.path].path if a.from_sdist else a.path for a in artifacts]
+        return self._finish(stage, packages, all_findings, installables)
+
+    def _run_local(self, stage: str, work: str, wheels: str, local: List[str]) -> InstallResult:
+        """Every source is local: resolve and build in ONE sandboxed ``pip wheel``
+        run with no network at all (one build environment per sdist instead of
+        two; see docs/performance.md). Evidence is attributed to packages by
+        the build directories pip names after them."""
+        self.progress("resolving and building (offline)")
+        report = self._sandboxed(
+            "build", None, self._pip("wheel", "--wheel-dir", wheels, *self.options.resolve_args()),
+            work, read=local, write=[wheels])
+        produced = sorted(os.path.join(wheels, f) for f in os.listdir(wheels) if f.endswith(".whl"))
+        shipped = {f for d in self.options.find_links if not _is_url(d) and os.path.isdir(_abs_if_path(d))
+                   for f in os.listdir(_abs_if_path(d))}
+        artifacts = []
+        for path in produced:
+            name, version, _ = parse_artifact(path)
+            artifacts.append(Artifact(path, name, version, _sha256(path),
+                                      os.path.basename(path) not in shipped))
+        if report.verdict == "blocked":
+            packages = [PackageResult(a.name, a.version, os.path.basename(a.path), a.sha256,
+                                      a.from_sdist, "blocked" if events else "clean", (), events)
+                        for a in artifacts for events in [_attributed(report.blocked_events, a.name)]]
+            blamed = [p.name for p in packages if p.verdict == "blocked"] or ["(unattributed)"]
+            return self._refuse("blocked attempts while building " + ", ".join(blamed), packages)
+        if report.exit_code != 0:
+            return self._result("error", message=self._resolve_failure("pip wheel", report))
+        findings = {a.path: list(self._scan(a)) for a in artifacts}
+        packages = [PackageResult(a.name, a.version, os.path.basename(a.path), a.sha256, a.from_sdist,
+                                  "gate" if any(f.severity in REFUSING_SEVERITIES for f in findings[a.path])
+                                  else "clean", tuple(findings[a.path]), ())
+                    for a in artifacts]
+        return self._finish(stage, packages, [f for fs in findings.values() for f in fs],
+                            [a.path for a in artifacts])
+
+    def _finish(self, stage: str, packages: List[PackageResult], all_findings: List[gate.Finding],
+                installables: List[str]) -> InstallResult:
+        refused = [p for p in packages if p.verdict != "clean"]
         if refused:
             return self._refuse("; ".join(f"{p.name}: {p.verdict}" for p in refused), packages,
                                 all_findings)
-
-        installables = [built[a.path].path if a.from_sdist else a.path for a in artifacts]
-
-        # 5. optional import probe against a staged copy.
         if self.probe_imports:
             verdict = self._probe(stage, installables)
             if verdict is not None:
                 return self._refuse(verdict, packages, all_findings)
-
         if self.sandbox_only:
             for p in packages:
                 self.progress(f"{p.name} {p.version}: ok")
             return self._result("clean", packages, all_findings, "observed clean; nothing installed")
-
-        # 6. install the wheels; pip runs no package code for wheels.
         self.progress("installing")
         argv = self._pip("install", "--no-deps", "--no-index", "--no-build-isolation",
-                         *(["--upgrade"] if self.options.upgrade else []),
-                         *(["-q"] * max(1, self.options.quiet)), *installables)
+                         *(["--upgrade"] if self.options.upgrade else []), *installables)
         proc = subprocess.run(argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True)
         if proc.returncode != 0:
+            tail = proc.stdout.strip().splitlines()[-1:] or [""]
             return self._result("error", packages, all_findings,
-                                "pip install of the verified wheels failed: "
-                                + proc.stdout.strip().splitlines()[-1:][0] if proc.stdout.strip() else "")
+                                "pip install of the verified wheels failed: " + tail[0])
         for p in packages:
             self.progress(f"{p.name} {p.version}: installed")
         return self._result("installed", packages, all_findings, "installed")
+
+    def _resolve_failure(self, what: str, report: Report) -> str:
+        message = _pip_failure(what, report)
+        if ":all:" in self.options.only_binary:
+            message += ("; without --sandbox only wheels are allowed: a package available only "
+                        "as an sdist needs 'pipguard install --sandbox'")
+        return message
 
     def _refuse(self, why: str, packages=(), findings=()) -> InstallResult:
         return self._result("refused", packages, findings,
@@ -596,6 +648,19 @@ def build_requirements(sdist: str) -> List[str]:
             _canonical(re.split(r"[<>=!~;\[ ]", r, 1)[0]) == "wheel" for r in reqs):
         reqs.append("wheel")  # setuptools < 70.1 asks for it from get_requires_for_build_wheel
     return reqs
+
+
+def _attributed(events: Sequence[Event], package: str) -> Tuple[Event, ...]:
+    """Events that name ``package``: pip builds each sdist in a directory
+    named after it (``pip-install-*/<name>_<hash>``, ``pip-req-build-*``)."""
+    forms = {package, package.replace("-", "_"), package.replace("-", ".")}
+    out = []
+    for e in events:
+        text = " ".join((e.target, str(e.detail.get("python", "")), " ".join(map(str, e.detail.get("argv", [])))))
+        lowered = text.lower()
+        if any(f"/{f}_" in lowered or f"/{f}-" in lowered or f"/{f}/" in lowered for f in forms):
+            out.append(e)
+    return tuple(out)
 
 
 def _pip_failure(what: str, report: Report) -> str:

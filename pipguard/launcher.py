@@ -47,6 +47,8 @@ class Started:
     applied: Tuple[str, ...]
     unavailable: Dict[str, str] = field(default_factory=dict)
     landlock_abi: int = 0
+    #: nr -> name of the syscalls the child's filter notifies
+    syscalls: Dict[int, str] = field(default_factory=dict)
 
 
 def start(plan: Plan) -> Started:
@@ -103,7 +105,9 @@ def start(plan: Plan) -> Started:
             raise LayerUnavailable("index-only network needs the seccomp supervisor, which is unavailable",
                                    hint="use a kernel with seccomp user notification, or --no-index with local files")
         parent_sock.sendall(b"k")
-        return Started(process, listener, applied, unavailable, int(status.get("landlock_abi", 0)))
+        syscalls = {int(nr): str(name) for nr, name in (status.get("syscalls") or {}).items()}
+        return Started(process, listener, applied, unavailable, int(status.get("landlock_abi", 0)),
+                       syscalls)
     finally:
         parent_sock.close()
 

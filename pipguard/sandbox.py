@@ -28,11 +28,11 @@ __all__ = ["Policy", "Report", "run", "run_sandboxed"]
 def _os_layer_possible() -> "tuple[bool, str]":
     if sys.platform != "linux":
         return False, f"the OS layer needs Linux (this is {sys.platform})"
-    try:
-        import landlock  # noqa: F401
-        import pyseccomp  # noqa: F401
-    except ImportError as exc:
-        return False, f"missing Python package: {exc.name}"
+    import importlib.util
+
+    for name in ("landlock", "pyseccomp"):  # found, not imported: the child imports them
+        if importlib.util.find_spec(name) is None:
+            return False, f"missing Python package: {name}"
     return True, ""
 
 

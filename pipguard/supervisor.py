@@ -69,7 +69,6 @@ def _syscall_names() -> Dict[int, str]:
         return {}
 
 
-_NAMES: Dict[int, str] = {}
 
 
 def _deny_errno() -> Dict[str, int]:
@@ -98,9 +97,9 @@ class Evidence:
 
 class Supervisor:
     def __init__(self, plan: Plan, policy: Policy, started: Started) -> None:
-        global _NAMES
-        if not _NAMES:
-            _NAMES = _syscall_names()
+        # Names of the notified syscalls come from the child that built the
+        # filter; libseccomp is only loaded here as a fallback.
+        self._names = dict(started.syscalls) or _syscall_names()
         self.plan = plan
         self.policy = policy
         self.started = started
@@ -204,7 +203,7 @@ class Supervisor:
         note = notify.receive(listener)
         if note is None:
             return
-        name = _NAMES.get(note.nr, f"syscall_{note.nr}")
+        name = self._names.get(note.nr, f"syscall_{note.nr}")
         handler = getattr(self, "_on_" + name, None)
         try:
             if handler is not None:

@@ -153,8 +153,15 @@ def _name(nr: int) -> str:
         return f"syscall_{nr}"
 
 
+#: nr -> name of every syscall a loaded filter sends to the supervisor; the
+#: child hands it over so the supervisor need not load libseccomp itself.
+NOTIFIED: Dict[int, str] = {}
+
+
 def _add(f, action: int, name: str, *args) -> None:
     nr = _nr(name)
+    if action == _sc.NOTIFY and nr >= 0:
+        NOTIFIED[nr] = name
     if nr == -1:  # __NR_SCMP_ERROR: libseccomp has never heard of it
         return
     try:
