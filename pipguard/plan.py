@@ -200,7 +200,11 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
     write_roots = [tmp_dir, home_dir, *policy.allow_write]
     if policy.writable_cwd:
         write_roots.insert(0, cwd)
-    read_roots = [*_interpreter_roots(executable), *policy.allow_read]
+    # Derived roots must never widen into a home: `/bin/sh` would otherwise
+    # make "/" (the parent of /bin) readable.
+    derived = [r for r in _interpreter_roots(executable)
+               if r not in ("/", "") and not any(h == r or h.startswith(r.rstrip("/") + "/") for h in homes)]
+    read_roots = [*derived, *policy.allow_read]
 
     kept, removed = scrub_env(source_env, policy.keep_env)
     user_pythonpath = kept.pop("PYTHONPATH", None)

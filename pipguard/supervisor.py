@@ -118,6 +118,15 @@ class Supervisor:
         self._write_roots = tuple(r.rstrip("/") for r in plan.write_roots)
         self._read_roots = tuple(r.rstrip("/") for r in plan.read_roots)
         self._homes = tuple(plan.homes) + (plan.home_dir,)
+        from pipguard.plan import SYSTEM_READ
+
+        sandbox_roots = tuple(r for r in self._write_roots if r != plan.home_dir.rstrip("/"))
+        self._write_fast = tuple(r + "/" for r in sandbox_roots)
+        self._read_fast = tuple(r + "/" for r in (*SYSTEM_READ, "/etc", *self._read_roots, *sandbox_roots)
+                                if r not in ("/proc", "/sys"))
+        # never fast: decoy home, secrets in /etc, /proc (other processes)
+        self._never_fast = (plan.home_dir.rstrip("/") + "/", "/etc/shadow", "/etc/gshadow",
+                            "/etc/ssh/", "/proc/")
         self._network = "all" if policy.allow_network else ("hosts" if policy.allow_hosts else "none")
         self.proxy_clients: Dict[int, int] = {}  # our local port -> sandbox pid
         self.evidence.processes[self.root_pid] = ProcessRecord(
@@ -545,8 +554,15 @@ class Supervisor:
         raw = self.memory.string(note.pid, path_addr)
         if not raw:
             return 0
-        path = self._resolve(note.pid, dirfd, raw)
         writing = bool(flags & _WRITE_FLAGS)
+        # Fast path (the hot one: every open of a build): an absolute path
+        # without ".." under a root this sandbox may use needs no realpath.
+        # Landlock enforces either way; the full check below matters only
+        # for evidence and for the decoy HOME, which is never fast-pathed.
+        if raw.startswith(self._write_fast if writing else self._read_fast) and "/.." not in raw \
+                and not raw.startswith(self._never_fast):
+            return 0
+        path = self._resolve(note.pid, dirfd, raw)
         detail = {"syscall": "open", "path": raw, "flags": hex(flags)}
         if writing:
             if self._persistence(path):

@@ -431,3 +431,16 @@ def test_nobody_connect(try_one_bin, nobody_setup, loopback_tcp):
     settle()
     assert loopback_tcp.received == []
     assert f"127.0.0.1:{loopback_tcp.port}" in [e["target"] for e in blocked_native(r, "network")]
+
+
+@pytest.mark.parametrize("shell", ["/bin/sh", "/usr/bin/env"])
+def test_command_path_never_widens_reads_to_root(tmp_path, fake_home, shell):
+    """Regression: the parent of a command's bin dir was granted; for /bin/sh that is "/"."""
+    work = tmp_path / "w"
+    work.mkdir()
+    argv = [shell, "-c", f"cat {fake_home.secrets['id_rsa']}"] if shell == "/bin/sh" else \
+        [shell, "cat", str(fake_home.secrets["id_rsa"])]
+    r = pipguard(["run", "--isolation", "os", "--", *argv], cwd=work, env=fake_home.env())
+    assert "PIPGUARD-FAKE-SECRET" not in r.stdout
+    assert r.report["verdict"] == "blocked"
+    assert str(fake_home.secrets["id_rsa"]) in r.targets(kind="file-read")
