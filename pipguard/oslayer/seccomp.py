@@ -30,13 +30,43 @@ from pipguard.errors import KernelError
 if TYPE_CHECKING:  # pragma: no cover
     from pipguard.oslayer import OsLayerSpec
 
+
+def _fast_find_library():
+    """pyseccomp resolves libc and libseccomp with ctypes.util.find_library,
+    which runs ``ldconfig -p`` (twice: ~10-20 ms on every sandbox start).
+    Try the sonames with dlopen first; fall back to the real lookup."""
+    import ctypes
+    import ctypes.util
+
+    original = ctypes.util.find_library
+    sonames = {"c": "libc.so.6", "seccomp": "libseccomp.so.2"}
+
+    def find_library(name):
+        soname = sonames.get(name)
+        if soname:
+            try:
+                ctypes.CDLL(soname)
+                return soname
+            except OSError:
+                pass
+        return original(name)
+
+    ctypes.util.find_library = find_library
+    return original
+
+
 try:
+    _original_find_library = _fast_find_library()
     import pyseccomp as _sc
 
     _IMPORT_ERROR = ""
 except Exception as exc:  # RuntimeError("Unable to find libseccomp"), OSError, ImportError
     _sc = None  # type: ignore[assignment]
     _IMPORT_ERROR = str(exc) or type(exc).__name__
+finally:
+    import ctypes.util
+
+    ctypes.util.find_library = _original_find_library
 
 # Constants the supervisor needs to talk to the listener (include/uapi/linux/seccomp.h).
 SECCOMP_IOCTL_NOTIF_RECV = 0xC0502100
