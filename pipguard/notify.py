@@ -33,6 +33,19 @@ IOCTL_ID_VALID = 0x40082102
 _ADDFD = struct.Struct("=QIIII")
 IOCTL_ADDFD = 0x40182103
 ADDFD_FLAG_SETFD = 1
+IOCTL_SET_FLAGS = 0x40082104
+FD_SYNC_WAKE_UP = 1
+
+
+def sync_wake_up(listener: int) -> bool:
+    """Ask the kernel to switch directly between the notifying thread and
+    the supervisor (SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP, Linux >= 6.6): one
+    notification round trip then costs far less. False where unsupported."""
+    try:
+        fcntl.ioctl(listener, IOCTL_SET_FLAGS, struct.pack("=Q", FD_SYNC_WAKE_UP))
+        return True
+    except OSError:
+        return False
 FLAG_CONTINUE = 1
 
 _SYS_pidfd_open = 434
