@@ -11,7 +11,7 @@ import click
 
 import pipguard
 from pipguard import exitcodes, render
-from pipguard.errors import PipguardError, UsageError
+from pipguard.errors import PipguardError
 from pipguard.policy import HostPort, Policy
 from pipguard.report import check_writable, write_atomic
 

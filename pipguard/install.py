@@ -15,17 +15,17 @@ Phases (each sandboxed run has its own evidence):
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from pipguard import gate
+from pipguard.files import sha256
 from pipguard.errors import PipError, UsageError
 from pipguard.policy import Policy
 from pipguard.report import Event, FileWritten, LayerStatus, NetworkAttempt, ProcessRecord, Report
@@ -306,14 +306,6 @@ class InstallResult:
         return data
 
 
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
@@ -475,7 +467,7 @@ class Installer:
             if len(produced) != 1:
                 return self._result("error", message=f"building {art.name} produced {len(produced)} wheels")
             wheel = produced[0]
-            built[art.path] = Artifact(wheel, art.name, art.version, _sha256(wheel), True,
+            built[art.path] = Artifact(wheel, art.name, art.version, sha256(wheel), True,
                                        os.path.basename(art.path))
             findings[wheel] = list(self._scan(built[art.path]))
 
@@ -504,7 +496,7 @@ class Installer:
         artifacts = []
         for path in produced:
             name, version, _ = parse_artifact(path)
-            artifacts.append(Artifact(path, name, version, _sha256(path),
+            artifacts.append(Artifact(path, name, version, sha256(path),
                                       os.path.basename(path) not in shipped))
         if report.verdict == "blocked":
             packages = [PackageResult(a.name, a.version, os.path.basename(a.path), a.sha256,
@@ -566,7 +558,7 @@ class Installer:
         for name in sorted(os.listdir(download)):
             path = os.path.join(download, name)
             pkg, version, is_sdist = parse_artifact(path)
-            out.append(Artifact(path, pkg, version, _sha256(path), is_sdist))
+            out.append(Artifact(path, pkg, version, sha256(path), is_sdist))
         return out
 
     def _scan(self, art: Artifact) -> Sequence[gate.Finding]:

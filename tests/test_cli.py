@@ -4,7 +4,6 @@ run or half-written; statuses follow DESIGN.md."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 

@@ -22,7 +22,6 @@ import textwrap
 import threading
 import time
 from pathlib import Path
-from typing import Optional
 
 import pytest
 

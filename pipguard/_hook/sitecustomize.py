@@ -8,6 +8,8 @@ program except the hook.
 
 
 def _pipguard_start():
+    import importlib.machinery
+    import importlib.util
     import os
     import sys
 
@@ -17,16 +19,8 @@ def _pipguard_start():
     import _pipguard_hook
 
     _pipguard_hook.install()
-    _chain(here)
 
-
-def _chain(here):
-    """Execute the next ``sitecustomize`` on sys.path, as Python would have."""
-    import importlib.machinery
-    import importlib.util
-    import os
-    import sys
-
+    # Execute the next ``sitecustomize`` on sys.path, as Python would have.
     rest = [p for p in sys.path if os.path.abspath(p or ".") != here]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
     if spec is None or spec.loader is None:
@@ -37,4 +31,4 @@ def _chain(here):
 
 
 _pipguard_start()
-del _pipguard_start, _chain
+del _pipguard_start
