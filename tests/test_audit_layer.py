@@ -353,3 +353,22 @@ def test_fork_exec_python_child_is_hooked(work, fake_home):
     """, work, fake_home)
     assert "STOLEN" not in r.stdout
     assert any(t.endswith(".aws/credentials") for t in r.targets(kind="file-read", layer="audit"))
+
+
+def test_python_setup_py_build_of_malicious_project(tmp_path, fake_home, loopback_tcp):
+    """The brief's first scenario: `pipguard run -- python setup.py build` in a hostile project."""
+    import shutil
+    import subprocess
+
+    if subprocess.run([PY, "-c", "import setuptools"], capture_output=True).returncode != 0:
+        pytest.skip("this interpreter has no setuptools")
+    from support.corpus import project
+
+    work = tmp_path / "steal_at_build"
+    shutil.copytree(project("steal_at_build"), work)
+    r = pipguard(["run", "--keep-env", "PIPGUARD_TEST_SINK", "--", PY, "setup.py", "build"], cwd=work,
+                 env=fake_home.env({"PIPGUARD_TEST_SINK": f"127.0.0.1:{loopback_tcp.port}"}))
+    assert loopback_tcp.received == [] and not fake_home.stolen()
+    assert (work / "build").is_dir(), r.stderr[-2000:]  # the build itself still works
+    assert any(e["target"].endswith(".ssh/id_rsa") for e in r.blocked(kind="file-read")), r.stderr[-2000:]
+    assert r.report["verdict"] == "blocked"

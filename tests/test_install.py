@@ -230,3 +230,28 @@ def test_probe_imports_catches_first_import_payload(tmp_path, fake_home, wheelho
     assert listing(target) == before
     assert any(e["detail"].get("phase") == "probe" and e["kind"] == "file-read"
                for e in report["events"] if e["action"] == "blocked")
+
+
+@pytest.fixture
+def tiny_tmp(tmp_path):
+    """A 3 MiB tmpfs: the disk fills up during the build (root only: mount)."""
+    from support import need
+
+    need("root")
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mnt)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here: " + proc.stderr.strip())
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)])
+
+
+def test_full_disk_leaves_environment_unchanged(tmp_path, fake_home, wheelhouse, sdists, target, tiny_tmp):
+    before = listing(target)
+    proc, _report = pg_install(["legit_cext"], home=fake_home, target=target, wheelhouse=wheelhouse,
+                               sdists=sdists, cwd=tmp_path, extra_env={"TMPDIR": str(tiny_tmp)})
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr.split("pipguard:")[-1]
+    assert listing(target) == before
