@@ -26,9 +26,13 @@ What it does (see docs/performance.md for results and how to read them):
    output says "pipguard run (install command not available)".
 3. start-up: ``pipguard run -- true`` against ``true`` (and a Python no-op),
    median of ``--startup-n`` runs.
-4. audit-hook cost per event: an import-heavy workload and N ``open()`` calls
-   of an allowed file, timed inside the process, plain and under each layer;
-   the difference divided by the number of audit events (or opens).
+4. per-event cost: an import-heavy workload and N ``open()`` calls of an
+   allowed file, timed inside the process, plain and under each layer; the
+   difference divided by the number of audit events (or opens). And a C
+   program (compiled here with gcc/cc) timing N native ``open()`` calls of
+   /usr/include/stdio.h: plain, ``pipguard run --no-observe-reads`` and
+   ``pipguard run`` (reads observed): µs per open; the difference of the last
+   two is what one observed (seccomp-notified) read costs.
 
 Output: a Markdown report on stdout; ``--json FILE`` writes every sample.
 ``--profile PKG`` instead runs one sandboxed build of PKG (``--profile-variant``,
@@ -152,6 +156,34 @@ else:
     elapsed = time.perf_counter() - t0
 print("PGBENCH " + json.dumps({"elapsed": elapsed, "events": counter[0]}))
 ''' % {"imports": list(IMPORT_WORKLOAD)}
+
+
+# Native opens: a C program timing N open()+close() of one allowed file
+# (openat(2) through libc, no Python, no audit hook). Under ``pipguard run``
+# with reads observed each open is a seccomp user notification the
+# supervisor answers; with --no-observe-reads it is not notified at all
+# (Landlock still checks it in the kernel).
+NATIVE_OPEN_SOURCE = r'''
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    long n = argc > 1 ? atol(argv[1]) : 20000, failed = 0;
+    const char *path = argc > 2 ? argv[2] : "/usr/include/stdio.h";
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    for (long i = 0; i < n; i++) {
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) failed++; else close(fd);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    printf("PGBENCH {\"elapsed\": %.9f, \"opens\": %ld, \"failed\": %ld}\n",
+           (b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9, n, failed);
+    return failed ? 1 : 0;
+}
+'''
 
 
 # --------------------------------------------------------------------------
@@ -478,7 +510,51 @@ class Bench:
                         times[name].append(got["elapsed"])
             out[mode] = {k: median(v) for k, v in times.items()}
             out[mode + "_samples"] = times
+        out["native"] = self.native_open_cost(work)
         return out
+
+    def native_open_cost(self, work: str) -> Optional[dict]:
+        """µs per open() of a compiled C loop: plain, pipguard run
+        --no-observe-reads, pipguard run (reads observed). None without a
+        C compiler."""
+        cc = shutil.which("gcc") or shutil.which("cc")
+        if cc is None:
+            log("  native opens: no gcc/cc, skipped")
+            return None
+        src = os.path.join(work, "opens.c")
+        exe = os.path.join(work, "opens")
+        with open(src, "w") as fh:
+            fh.write(NATIVE_OPEN_SOURCE)
+        proc = subprocess.run([cc, "-O2", "-o", exe, src], capture_output=True, text=True)
+        if proc.returncode != 0:
+            log(f"  native opens: compile failed: {proc.stderr.strip()[-300:]}")
+            return None
+        target = "/usr/include/stdio.h" if os.path.exists("/usr/include/stdio.h") else exe
+        n = self.args.opens
+        layers = {
+            "plain": [],
+            "os": [*self.pipguard, "run", "--no-observe-reads", "--"],
+            "full": [*self.pipguard, "run", "--"],
+        }
+        taskset = shutil.which("taskset")
+        if taskset:  # same, with pipguard and the sandbox on one CPU: no cross-CPU wake-ups
+            layers["full_cpu0"] = [taskset, "-c", "0", *self.pipguard, "run", "--"]
+        times: Dict[str, List[float]] = {k: [] for k in layers}
+        for _ in range(self.args.hook_reps):
+            for name, prefix in layers.items():
+                cmd = [*prefix, exe, str(n), target]
+                proc = subprocess.run(cmd, cwd=work, env=self.env, capture_output=True, text=True)
+                got = next((json.loads(line[8:]) for line in proc.stdout.splitlines()
+                            if line.startswith("PGBENCH ")), None)
+                if proc.returncode != 0 or got is None:
+                    log(f"  native opens failed: {' '.join(cmd)}: exit {proc.returncode}: "
+                        f"{proc.stderr.strip()[-300:]}")
+                    continue
+                times[name].append(got["elapsed"])
+        med = {k: median(v) for k, v in times.items()}
+        return {"opens": n, "path": target, "compiler": cc, "median_s": med, "samples_s": times,
+                "us_per_open": {k: (v / n * 1e6 if v is not None else None)
+                                for k, v in med.items()}}
 
     def profile(self, pkg: Package, top: int, variant: str) -> str:
         """One sandboxed build of ``pkg`` with the pipguard process under cProfile."""
@@ -604,6 +680,28 @@ def markdown(result: dict, packages: Sequence[Package], variants: Sequence[str],
             lines.append(f"| {layer} | {fmt_ms(a)} | {da if layer != 'plain' else ''} | "
                          f"{fmt_ms(b)} | {db if layer != 'plain' else ''} |")
         lines.append("")
+        native = hook.get("native")
+        if native:
+            per = native["us_per_open"]
+            lines += [f"Workload C (native): a C program timing {native['opens']} × "
+                      f"`open({native['path']})` + `close` in-process (no Python, no audit hook; "
+                      f"median of {result['hook_reps']} runs).", "",
+                      "| layer | ms | µs/open | Δ vs plain µs/open |", "|---|---:|---:|---:|"]
+            labels = {"plain": "plain", "os": "`pipguard run --no-observe-reads`",
+                      "full": "`pipguard run` (reads observed)",
+                      "full_cpu0": "`taskset -c 0 pipguard run` (reads observed, one CPU)"}
+            for layer in labels:
+                if layer not in native["median_s"]:
+                    continue
+                m = native["median_s"].get(layer)
+                u, u0 = per.get(layer), per.get("plain")
+                d = f"{u - u0:.1f}" if layer != "plain" and u is not None and u0 is not None else ""
+                lines.append(f"| {labels[layer]} | {fmt_ms(m)} | "
+                             f"{'FAILED' if u is None else f'{u:.2f}'} | {d} |")
+            if per.get("full") is not None and per.get("os") is not None:
+                lines += ["", f"One observed native open costs **{per['full'] - per['os']:.0f} µs** "
+                              "(reads observed minus --no-observe-reads)."]
+            lines.append("")
     if summary and summary["total_s"].get("plain") and summary["total_s"].get(headline):
         ratio = summary["total_s"][headline] / summary["total_s"]["plain"]
         lines += [f"Target total ≤ 1.10× plain pip ({headline_label}): **{ratio:.2f}×** — "
@@ -648,10 +746,10 @@ def parse_args(argv: Optional[Sequence[str]] = None):
                    help="install variants to run (install is skipped when 'pipguard install' "
                         "does not exist)")
     p.add_argument("--startup-n", type=int, default=20, help="runs per start-up command")
-    p.add_argument("--opens", type=int, default=20000, help="open() calls in the per-event workload")
+    p.add_argument("--opens", type=int, default=20000, help="open() calls in the per-event workloads (Python and C)")
     p.add_argument("--hook-reps", type=int, default=5, help="runs per layer of the hook workloads")
     p.add_argument("--skip", default="", metavar="SECTION,...",
-                   help="skip sections: installs, startup, hook")
+                   help="skip sections: installs, startup, hook (hook includes the native opens)")
     p.add_argument("--fetch-only", action="store_true", help="fill the cache and stop")
     p.add_argument("--profile", metavar="PKG",
                    help="instead of benchmarking: one sandboxed build of PKG with the "
