@@ -99,7 +99,7 @@ def home_directories(env: Optional[Mapping[str, str]] = None) -> Tuple[str, ...]
 
 
 def _etc_entries() -> List[str]:
-    out = []
+    out: List[str] = []
     try:
         names = os.listdir("/etc")
     except OSError:
@@ -261,7 +261,7 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
                 write_paths=tuple(dict.fromkeys([*write_roots, fifo])),
                 device_paths=tuple(dict.fromkeys([*DEVICES, *_tty_devices()])),
                 network="all" if network == "all" else ("ports" if network == "hosts" else "none"),
-                tcp_connect_ports=(proxy_port,) if network == "hosts" else (),
+                tcp_connect_ports=(proxy_port,) if network == "hosts" and proxy_port else (),
                 allow_subprocess=policy.allow_subprocess,
                 notify=True,
                 observe_reads=policy.observe_reads,

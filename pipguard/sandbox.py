@@ -128,9 +128,9 @@ def _report(plan: Plan, policy: Policy, started, evidence, written, started_at: 
     error = None
     if evidence.interrupted:
         error = "interrupted: the sandbox was stopped by a signal to pipguard"
-    events = sorted(evidence.events, key=lambda e: (e.time, e.seq))
+    ordered = sorted(evidence.events, key=lambda e: (e.time, e.seq))
     events = tuple(Event(i + 1, e.time, e.kind, e.action, e.layer, e.pid, e.target, e.rule, e.detail)
-                   for i, e in enumerate(events))
+                   for i, e in enumerate(ordered))
     return Report(
         command=tuple(plan.argv), exit_code=evidence.exit_code, timed_out=evidence.timed_out,
         isolation=LayerStatus(policy.isolation, tuple(applied), unavailable),

@@ -106,6 +106,7 @@ class Supervisor:
         self.root_pid = started.process.pid
         self.evidence = Evidence()
         self.memory = notify.Memory()
+        self._root_status: Optional[int] = None
         self.deny_errno = _deny_errno()
         self._seq = 0
         self._t0 = time.time()
@@ -439,17 +440,19 @@ class Supervisor:
         """Connect a socket of our own to the index proxy and put it in place
         of the sandbox's fd (ADDFD+SETFD): the kernel never connects the
         sandbox's socket, so a sockaddr swapped after our read changes nothing."""
+        listener = self.started.listener
+        assert listener is not None  # we are answering one of its notifications
         flags = notify.fd_flags(note.pid, fd)
         ours = socket.create_connection(("127.0.0.1", self.plan.proxy_port), timeout=10)
         try:
             ours.setblocking(not flags & os.O_NONBLOCK)
             self.proxy_clients[ours.getsockname()[1]] = note.pid
-            notify.install_fd(self.started.listener, note.id, ours.fileno(), fd,
+            notify.install_fd(listener, note.id, ours.fileno(), fd,
                               bool(flags & os.O_CLOEXEC))
         finally:
             ours.close()
         self.add_event("network", ALLOWED, "supervisor", note.pid, target, "index-proxy", detail)
-        notify.respond_value(self.started.listener, note.id, 0)
+        notify.respond_value(listener, note.id, 0)
         return _HANDLED
 
     def _on_connect(self, note: notify.Notification) -> int:
@@ -701,7 +704,7 @@ class Supervisor:
 
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-        self._root_status: Optional[int] = None
+        self._root_status = None
         fifo = os.open(self.plan.fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         keepalive = os.open(self.plan.fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         pidfd = os.pidfd_open(self.root_pid) if hasattr(os, "pidfd_open") else None
@@ -731,7 +734,7 @@ class Supervisor:
                 for key, _mask in ready:
                     if key.data == "fifo":
                         self._read_fifo(fifo)
-                    elif key.data == "notify":
+                    elif key.data == "notify" and listener is not None:
                         try:
                             self._handle_notification(listener)
                         except OSError:
