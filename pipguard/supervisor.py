@@ -130,6 +130,8 @@ class Supervisor:
                             "/etc/ssh/", "/proc/")
         self._network = "all" if policy.allow_network else ("hosts" if policy.allow_hosts else "none")
         self.proxy_clients: Dict[int, int] = {}  # our local port -> sandbox pid
+        self._dns: Dict[str, str] = {}  # address -> host name, from lookups seen in the run
+        self._fifo_fd: Optional[int] = None
         self.evidence.processes[self.root_pid] = ProcessRecord(
             self.root_pid, os.getpid(), tuple(plan.argv))
         self.evidence.process_order.append(self.root_pid)
@@ -164,7 +166,8 @@ class Supervisor:
         if len(self.evidence.network) >= self.policy.max_events:
             self.evidence.dropped += 1
             return
-        attempt = NetworkAttempt(family, protocol, address, port, host, action, pid, layer)
+        attempt = NetworkAttempt(family, protocol, address, port, host or self._dns.get(address),
+                                 action, pid, layer)
         if attempt not in self.evidence.network:
             self.evidence.network.append(attempt)
 
@@ -191,6 +194,11 @@ class Supervisor:
         except (ValueError, KeyError, TypeError):
             self.evidence.dropped += 1  # malformed: the sandbox writes this channel too
             return
+        if action == "hint" and rule == "dns-result":
+            for address in (raw.get("detail") or {}).get("addresses", [])[:32]:
+                if len(self._dns) < 4096:
+                    self._dns[str(address)] = target
+            return
         if action not in (ALLOWED, BLOCKED):
             self.evidence.dropped += 1
             return
@@ -201,6 +209,8 @@ class Supervisor:
             detail["ppid"] = raw["ppid"]
         self.add_event(kind, action, "audit", pid, target, rule, detail,
                        when=float(raw.get("time") or time.time()))
+        if kind == "network" and detail.get("address") in self._dns:
+            detail.setdefault("host", self._dns[str(detail["address"])])
         if kind == "network" and detail.get("op") in ("connect", "sendto", "sendmsg", "bind"):
             self._add_network(str(detail.get("family", "")), str(detail.get("protocol", "")),
                               str(detail.get("address", "")), detail.get("port"), None,
@@ -413,6 +423,8 @@ class Supervisor:
                           fd: int) -> int:
         raw = self.memory.read(note.pid, addr, max(0, min(int(size), 128)))
         family, address, port = notify.decode_sockaddr(raw)
+        if self._fifo_fd is not None:
+            self._read_fifo(self._fifo_fd)  # a DNS answer written just before this connect
         if family == "unix" and self._network == "all":
             return 0  # only socketpair() sockets exist in the sandbox: nothing leaves
         protocol = self._socket_protocol(note.pid, fd) if op in ("connect", "bind") else "udp"
@@ -421,6 +433,8 @@ class Supervisor:
         target = f"[{address}]:{port}" if family == "inet6" else f"{address}:{port}"
         detail = {"syscall": op, "family": family, "protocol": protocol, "address": address,
                   "port": port}
+        if address in self._dns:
+            detail["host"] = self._dns[address]
         # "none" refuses whatever the memory said, and "hosts" never lets the
         # kernel act on the sandbox's sockaddr: the decision must not depend
         # on bytes another thread can change after we read them.
@@ -706,6 +720,7 @@ class Supervisor:
         libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         self._root_status = None
         fifo = os.open(self.plan.fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        self._fifo_fd = fifo
         keepalive = os.open(self.plan.fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         pidfd = os.pidfd_open(self.root_pid) if hasattr(os, "pidfd_open") else None
         sel = selectors.DefaultSelector()
@@ -754,6 +769,7 @@ class Supervisor:
             os.close(keepalive)
             self._drain(fifo)
             os.close(fifo)
+            self._fifo_fd = None
             if pidfd is not None:
                 os.close(pidfd)
             self.memory.close()
