@@ -14,6 +14,7 @@ import os
 import selectors
 import signal
 import socket
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
@@ -637,7 +638,11 @@ class Supervisor:
         children: Dict[int, List[int]] = {}
         sessions: Dict[int, int] = {}
         me = os.getpid()
-        for entry in os.listdir("/proc"):
+        try:
+            entries = os.listdir("/proc")
+        except OSError:  # no procfs (not Linux): the first process is all we can track
+            return {self.root_pid} if self.started.process.poll() is None else set()
+        for entry in entries:
             if not entry.isdigit():
                 continue
             try:
@@ -717,7 +722,8 @@ class Supervisor:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        if sys.platform == "linux":  # orphans of the sandbox come back to us
+            libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         self._root_status = None
         fifo = os.open(self.plan.fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         self._fifo_fd = fifo
