@@ -1,8 +1,11 @@
 """The sandbox's first process: confine itself, then exec the command.
 
-Runs in a fresh, single-threaded interpreter started by :mod:`pipguard.launcher`
-(``python -I -S -c ...``), so nothing of the parent's threads or locks is
-inherited. Talks to the parent over one unix socket: it writes the applied-layer status
+Runs in a child forked by :mod:`pipguard.launcher` from a single-threaded
+pipguard (the index proxy's thread starts only after the fork); every module
+it needs is imported before the fork, so the child imports nothing and takes
+no lock another thread could hold. It always ends in ``execve`` or ``_exit``.
+
+Talks to the parent over one unix socket: it writes the applied-layer status
 (one JSON line, with the number of the seccomp listener fd, which the parent
 takes with ``pidfd_getfd``) and waits for one byte of acknowledgement. Only
 plain ``write``/``read`` are used after seccomp is loaded: ``sendmsg`` is a
@@ -21,7 +24,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+
+from pipguard.errors import PipguardError
+from pipguard.oslayer import OsLayerSpec, apply, caps, landlock, seccomp  # noqa: F401 (imported before fork)
+from pipguard.oslayer.seccomp import NOTIFIED
 
 
 def _send(fd: int, payload: dict) -> None:
@@ -30,9 +38,13 @@ def _send(fd: int, payload: dict) -> None:
         data = data[os.write(fd, data):]
 
 
-def main(config_text: str) -> None:
-    config = json.loads(config_text)
+def confine_and_exec(config: dict) -> None:
     control_fd = int(config["control_fd"])
+    # Python ignores SIGPIPE and SIGXFSZ; the command must get the defaults
+    # (as subprocess's restore_signals does). Caught signals reset on exec.
+    for name in ("SIGPIPE", "SIGXFSZ"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
     try:
         os.setsid()
     except OSError:
@@ -44,9 +56,6 @@ def main(config_text: str) -> None:
     status = {"applied": [], "unavailable": {}, "landlock_abi": 0}
     listener = None
     if config.get("os_spec") is not None:
-        from pipguard.errors import PipguardError
-        from pipguard.oslayer import OsLayerSpec, apply
-
         spec = OsLayerSpec.from_json(config["os_spec"])
         try:
             applied = apply(spec, required=bool(config.get("os_required")))
@@ -56,8 +65,6 @@ def main(config_text: str) -> None:
         except Exception as exc:  # a bug or an unexpected kernel answer: never run unconfined
             _send(control_fd, {"error": f"OS layer failed: {exc!r}"})
             os._exit(125)
-        from pipguard.oslayer.seccomp import NOTIFIED
-
         status = {"applied": list(applied.applied), "unavailable": dict(applied.unavailable),
                   "landlock_abi": applied.landlock_abi, "syscalls": NOTIFIED}
         listener = applied.listener_fd
@@ -75,6 +82,3 @@ def main(config_text: str) -> None:
         sys.stderr.write(f"pipguard: cannot execute {config['executable']}: {exc.strerror}\n")
         os._exit(126 if exc.errno in (13, 8) else 127)
 
-
-if __name__ == "__main__":
-    main(sys.argv[1])

@@ -74,7 +74,8 @@ def _probe() -> HostFacts:
         plat_ok, plat_why = True, ""
     euid = os.geteuid() if hasattr(os, "geteuid") else -1
 
-    abi, ll_why, fs_rights = 0, "", ()
+    abi, ll_why = 0, ""
+    fs_rights: Tuple[str, ...] = ()
     sc_ok, sc_why, nt_ok, nt_why = False, "", False, ""
     caps: Dict[str, int] = {}
     userns, userns_why = False, ""

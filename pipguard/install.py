@@ -626,7 +626,8 @@ def build_requirements(sdist: str) -> List[str]:
             with tarfile.open(sdist) as tf:
                 for member in tf:
                     if member.isfile() and member.name.count("/") == 1 and member.name.endswith("/pyproject.toml"):
-                        text = tf.extractfile(member).read().decode("utf-8", "replace")
+                        handle = tf.extractfile(member)
+                        text = handle.read().decode("utf-8", "replace") if handle else None
                         break
     except (OSError, tarfile.TarError, zipfile.BadZipFile):
         return []

@@ -1,4 +1,4 @@
-"""Start the sandboxed command: a fresh interpreter runs :mod:`pipguard._child`,
+"""Start the sandboxed command: a forked child runs :mod:`pipguard._child`,
 which confines itself and execs the command; we collect its layer status and
 take its seccomp listener fd."""
 
@@ -6,43 +6,53 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from typing import Dict, Optional, Tuple
 
-import pipguard
 from pipguard import notify
 from pipguard.errors import KernelError, LayerUnavailable, PipguardError
 from pipguard.plan import Plan
 
-_PKG_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(pipguard.__file__)))
 
+class ChildProcess:
+    """The forked sandbox root: the little of ``subprocess.Popen`` we use."""
 
-def _dependency_paths() -> Tuple[str, ...]:
-    """sys.path entries the child needs (pipguard, landlock, pyseccomp) while
-    it runs with -I -S (no site-packages, no environment)."""
-    paths = [_PKG_PARENT]
-    for name in ("landlock", "pyseccomp"):
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: Optional[int] = None
+
+    def poll(self) -> Optional[int]:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                return self.returncode
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self) -> Optional[int]:
+        if self.returncode is None:
+            try:
+                _pid, status = os.waitpid(self.pid, 0)
+                self.returncode = os.waitstatus_to_exitcode(status)
+            except ChildProcessError:
+                pass  # reaped by the supervisor (it is a subreaper and reaps everything)
+        return self.returncode
+
+    def kill(self) -> None:
         try:
-            module = __import__(name)
-        except ImportError:
-            continue
-        file = getattr(module, "__file__", "") or ""
-        base = os.path.dirname(file)
-        if os.path.basename(file) == "__init__.py":
-            base = os.path.dirname(base)
-        paths.append(base)
-    return tuple(dict.fromkeys(paths))
-
-
-_BOOT = "import sys; sys.path[:0] = {paths!r}; from pipguard._child import main; main(sys.argv[1])"
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 @dataclass
 class Started:
-    process: subprocess.Popen
+    process: ChildProcess
     listener: Optional[int]
     applied: Tuple[str, ...]
     unavailable: Dict[str, str] = field(default_factory=dict)
@@ -54,6 +64,8 @@ class Started:
 def start(plan: Plan) -> Started:
     """Launch the child and complete the handshake. Raises LayerUnavailable
     when a required layer is missing; the child is then already gone."""
+    from pipguard import _child  # imported before fork: the child must import nothing
+
     parent_sock, child_sock = socket.socketpair()
     config = {
         "control_fd": child_sock.fileno(),
@@ -64,15 +76,20 @@ def start(plan: Plan) -> Started:
         "os_spec": plan.os_spec.to_json() if plan.os_spec else None,
         "os_required": plan.os_required,
     }
-    boot = _BOOT.format(paths=list(_dependency_paths()))
-    try:
-        process = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", boot, json.dumps(config)],
-            pass_fds=(child_sock.fileno(),), close_fds=True, cwd=plan.cwd,
-            env={"PATH": os.defpath}, start_new_session=True,
-        )
-    finally:
-        child_sock.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # fork, not a second interpreter: the child is a copy of this process with
+    # every module loaded (about 40 ms less per sandbox start, see
+    # docs/performance.md). pipguard is single-threaded here.
+    pid = os.fork()
+    if pid == 0:  # child: confine and exec, never return
+        try:
+            parent_sock.close()
+            _child.confine_and_exec(config)
+        finally:
+            os._exit(127)
+    child_sock.close()
+    process = ChildProcess(pid)
     try:
         line = _read_line(parent_sock)
         if not line:

@@ -99,7 +99,7 @@ def home_directories(env: Optional[Mapping[str, str]] = None) -> Tuple[str, ...]
 
 
 def _etc_entries() -> List[str]:
-    out = []
+    out: List[str] = []
     try:
         names = os.listdir("/etc")
     except OSError:
@@ -187,15 +187,16 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
             hint="run from the project's own directory",
         )
 
+    # Private to this uid (the sandbox runs as the same uid): no other local
+    # user can reach the event FIFO and forge evidence.
     run_dir = tempfile.mkdtemp(prefix="pipguard-")
-    os.chmod(run_dir, 0o755)
+    os.chmod(run_dir, 0o700)
     tmp_dir = os.path.join(run_dir, "tmp")
     home_dir = os.path.join(run_dir, "home")
     os.mkdir(tmp_dir, 0o700)
     os.mkdir(home_dir, 0o700)
     fifo = os.path.join(run_dir, "events.fifo")
-    os.mkfifo(fifo, 0o622)
-    os.chmod(fifo, 0o622)  # mkfifo's mode is masked by umask; sandbox may run as another uid
+    os.mkfifo(fifo, 0o600)
 
     write_roots = [tmp_dir, home_dir, *policy.allow_write]
     if policy.writable_cwd:
@@ -261,7 +262,7 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
                 write_paths=tuple(dict.fromkeys([*write_roots, fifo])),
                 device_paths=tuple(dict.fromkeys([*DEVICES, *_tty_devices()])),
                 network="all" if network == "all" else ("ports" if network == "hosts" else "none"),
-                tcp_connect_ports=(proxy_port,) if network == "hosts" else (),
+                tcp_connect_ports=(proxy_port,) if network == "hosts" and proxy_port else (),
                 allow_subprocess=policy.allow_subprocess,
                 notify=True,
                 observe_reads=policy.observe_reads,

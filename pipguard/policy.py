@@ -32,7 +32,7 @@ class HostPort:
         text = text.strip()
         if not text:
             raise UsageError("--allow-host needs HOST[:PORT], got an empty value")
-        host, port = text, None
+        host, port_text = text, None  # type: Tuple[str, Optional[str]]
         if text.startswith("["):  # [::1]:443
             end = text.find("]")
             if end < 0:
@@ -41,13 +41,14 @@ class HostPort:
             if rest:
                 if not rest.startswith(":"):
                     raise UsageError(f"--allow-host {text!r}: expected ':PORT' after ']'")
-                port = rest[1:]
+                port_text = rest[1:]
         elif text.count(":") == 1:
-            host, port = text.split(":")
-        if port is not None:
-            if not str(port).isdigit() or not 0 < int(port) < 65536:
+            host, port_text = text.split(":")
+        port = None
+        if port_text is not None:
+            if not port_text.isdigit() or not 0 < int(port_text) < 65536:
                 raise UsageError(f"--allow-host {text!r}: port must be 1-65535")
-            port = int(port)
+            port = int(port_text)
         return cls(host=host, port=port)
 
     def __str__(self) -> str:

@@ -62,8 +62,9 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
     if policy.allow_hosts:
         from pipguard.proxy import Destination, IndexProxy
 
+        # bound now (its port goes into the plan), serving only after the
+        # launcher's fork: the fork happens while pipguard is single-threaded
         proxy = IndexProxy(tuple(Destination(h.host, h.port) for h in policy.allow_hosts))
-        proxy.__enter__()
     try:
         plan = make_plan(argv, policy, cwd=cwd, env=env, os_available=possible, os_reason=reason,
                          proxy_port=proxy.port if proxy else None)
@@ -80,6 +81,8 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
 
         notify(f"starting {' '.join(argv)[:80]}")
         started = launcher.start(plan)
+        if proxy is not None:
+            proxy.__enter__()
         supervisor = Supervisor(plan, policy, started)
         evidence = supervisor.run()
         if proxy is not None:
@@ -128,9 +131,9 @@ def _report(plan: Plan, policy: Policy, started, evidence, written, started_at: 
     error = None
     if evidence.interrupted:
         error = "interrupted: the sandbox was stopped by a signal to pipguard"
-    events = sorted(evidence.events, key=lambda e: (e.time, e.seq))
+    ordered = sorted(evidence.events, key=lambda e: (e.time, e.seq))
     events = tuple(Event(i + 1, e.time, e.kind, e.action, e.layer, e.pid, e.target, e.rule, e.detail)
-                   for i, e in enumerate(events))
+                   for i, e in enumerate(ordered))
     return Report(
         command=tuple(plan.argv), exit_code=evidence.exit_code, timed_out=evidence.timed_out,
         isolation=LayerStatus(policy.isolation, tuple(applied), unavailable),

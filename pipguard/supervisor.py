@@ -14,6 +14,7 @@ import os
 import selectors
 import signal
 import socket
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
@@ -106,6 +107,7 @@ class Supervisor:
         self.root_pid = started.process.pid
         self.evidence = Evidence()
         self.memory = notify.Memory()
+        self._root_status: Optional[int] = None
         self.deny_errno = _deny_errno()
         self._seq = 0
         self._t0 = time.time()
@@ -129,6 +131,8 @@ class Supervisor:
                             "/etc/ssh/", "/proc/")
         self._network = "all" if policy.allow_network else ("hosts" if policy.allow_hosts else "none")
         self.proxy_clients: Dict[int, int] = {}  # our local port -> sandbox pid
+        self._dns: Dict[str, str] = {}  # address -> host name, from lookups seen in the run
+        self._fifo_fd: Optional[int] = None
         self.evidence.processes[self.root_pid] = ProcessRecord(
             self.root_pid, os.getpid(), tuple(plan.argv))
         self.evidence.process_order.append(self.root_pid)
@@ -163,7 +167,8 @@ class Supervisor:
         if len(self.evidence.network) >= self.policy.max_events:
             self.evidence.dropped += 1
             return
-        attempt = NetworkAttempt(family, protocol, address, port, host, action, pid, layer)
+        attempt = NetworkAttempt(family, protocol, address, port, host or self._dns.get(address),
+                                 action, pid, layer)
         if attempt not in self.evidence.network:
             self.evidence.network.append(attempt)
 
@@ -190,6 +195,11 @@ class Supervisor:
         except (ValueError, KeyError, TypeError):
             self.evidence.dropped += 1  # malformed: the sandbox writes this channel too
             return
+        if action == "hint" and rule == "dns-result":
+            for address in (raw.get("detail") or {}).get("addresses", [])[:32]:
+                if len(self._dns) < 4096:
+                    self._dns[str(address)] = target
+            return
         if action not in (ALLOWED, BLOCKED):
             self.evidence.dropped += 1
             return
@@ -200,6 +210,8 @@ class Supervisor:
             detail["ppid"] = raw["ppid"]
         self.add_event(kind, action, "audit", pid, target, rule, detail,
                        when=float(raw.get("time") or time.time()))
+        if kind == "network" and detail.get("address") in self._dns:
+            detail.setdefault("host", self._dns[str(detail["address"])])
         if kind == "network" and detail.get("op") in ("connect", "sendto", "sendmsg", "bind"):
             self._add_network(str(detail.get("family", "")), str(detail.get("protocol", "")),
                               str(detail.get("address", "")), detail.get("port"), None,
@@ -412,6 +424,8 @@ class Supervisor:
                           fd: int) -> int:
         raw = self.memory.read(note.pid, addr, max(0, min(int(size), 128)))
         family, address, port = notify.decode_sockaddr(raw)
+        if self._fifo_fd is not None:
+            self._read_fifo(self._fifo_fd)  # a DNS answer written just before this connect
         if family == "unix" and self._network == "all":
             return 0  # only socketpair() sockets exist in the sandbox: nothing leaves
         protocol = self._socket_protocol(note.pid, fd) if op in ("connect", "bind") else "udp"
@@ -420,6 +434,8 @@ class Supervisor:
         target = f"[{address}]:{port}" if family == "inet6" else f"{address}:{port}"
         detail = {"syscall": op, "family": family, "protocol": protocol, "address": address,
                   "port": port}
+        if address in self._dns:
+            detail["host"] = self._dns[address]
         # "none" refuses whatever the memory said, and "hosts" never lets the
         # kernel act on the sandbox's sockaddr: the decision must not depend
         # on bytes another thread can change after we read them.
@@ -439,17 +455,19 @@ class Supervisor:
         """Connect a socket of our own to the index proxy and put it in place
         of the sandbox's fd (ADDFD+SETFD): the kernel never connects the
         sandbox's socket, so a sockaddr swapped after our read changes nothing."""
+        listener = self.started.listener
+        assert listener is not None  # we are answering one of its notifications
         flags = notify.fd_flags(note.pid, fd)
         ours = socket.create_connection(("127.0.0.1", self.plan.proxy_port), timeout=10)
         try:
             ours.setblocking(not flags & os.O_NONBLOCK)
             self.proxy_clients[ours.getsockname()[1]] = note.pid
-            notify.install_fd(self.started.listener, note.id, ours.fileno(), fd,
+            notify.install_fd(listener, note.id, ours.fileno(), fd,
                               bool(flags & os.O_CLOEXEC))
         finally:
             ours.close()
         self.add_event("network", ALLOWED, "supervisor", note.pid, target, "index-proxy", detail)
-        notify.respond_value(self.started.listener, note.id, 0)
+        notify.respond_value(listener, note.id, 0)
         return _HANDLED
 
     def _on_connect(self, note: notify.Notification) -> int:
@@ -620,7 +638,11 @@ class Supervisor:
         children: Dict[int, List[int]] = {}
         sessions: Dict[int, int] = {}
         me = os.getpid()
-        for entry in os.listdir("/proc"):
+        try:
+            entries = os.listdir("/proc")
+        except OSError:  # no procfs (not Linux): the first process is all we can track
+            return {self.root_pid} if self.started.process.poll() is None else set()
+        for entry in entries:
             if not entry.isdigit():
                 continue
             try:
@@ -700,9 +722,11 @@ class Supervisor:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-        self._root_status: Optional[int] = None
+        if sys.platform == "linux":  # orphans of the sandbox come back to us
+            libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        self._root_status = None
         fifo = os.open(self.plan.fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        self._fifo_fd = fifo
         keepalive = os.open(self.plan.fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         pidfd = os.pidfd_open(self.root_pid) if hasattr(os, "pidfd_open") else None
         sel = selectors.DefaultSelector()
@@ -731,7 +755,7 @@ class Supervisor:
                 for key, _mask in ready:
                     if key.data == "fifo":
                         self._read_fifo(fifo)
-                    elif key.data == "notify":
+                    elif key.data == "notify" and listener is not None:
                         try:
                             self._handle_notification(listener)
                         except OSError:
@@ -751,6 +775,7 @@ class Supervisor:
             os.close(keepalive)
             self._drain(fifo)
             os.close(fifo)
+            self._fifo_fd = None
             if pidfd is not None:
                 os.close(pidfd)
             self.memory.close()

@@ -331,3 +331,13 @@ def test_zz_fork_bomb_is_bounded(work, fake_home):
     assert peak_kb < 512 * 1024, (before, peak_kb)
     time.sleep(0.5)
     assert not [a for a in live_argvs() if a[-1:] == [str(script)]], "bomb processes survived"
+
+
+def test_host_name_of_a_preceding_dns_lookup(work, fake_home, loopback_tcp):
+    """With network allowed, a connect is reported with the name a lookup gave for its address."""
+    code = (f"import socket; s = socket.create_connection(('localhost', {loopback_tcp.port})); "
+            "s.sendall(b'hi'); s.close()")
+    r = run_os([sys.executable, "-c", code], work, fake_home, "--allow-network")
+    assert r.returncode == 0, r.stderr
+    inet = [n for n in r.report["network"] if n["port"] == loopback_tcp.port]
+    assert inet and all(n["host"] == "localhost" for n in inet), r.report["network"]

@@ -25,3 +25,11 @@ def test_hook_is_python39_syntax():
 
     for path in (ROOT / "pipguard" / "_hook").glob("*.py"):
         ast.parse(path.read_text(), filename=str(path), feature_version=(3, 9))
+
+
+def test_mypy_clean():
+    mypy = shutil.which("mypy") or str(Path(sys.executable).parent / "mypy")
+    if not Path(mypy).exists():
+        pytest.skip("mypy is not installed (pip install -e '.[test]' installs it)")
+    proc = subprocess.run([mypy], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

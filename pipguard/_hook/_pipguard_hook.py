@@ -628,7 +628,37 @@ def _make_hook(config):
     def os_open_wrapper(original):
         return OpenAt(original)
 
-    return hook, fork_exec_wrapper, inject_env, os_open_wrapper
+    class Resolver(object):
+        """``_socket.getaddrinfo``/``gethostbyname`` that report their answers,
+        so the supervisor can name the host behind an address a process
+        connects to later ("host name where a DNS lookup preceded it")."""
+
+        __slots__ = ("_original",)
+        __module__ = "_pipguard_hook"
+
+        def __init__(self, original):
+            self._original = original
+
+        def __call__(self, *args, **kwargs):
+            result = self._original(*args, **kwargs)
+            try:
+                name = args[0] if args else kwargs.get("host")
+                if isinstance(name, bytes):
+                    name = fsdecode(name)
+                if isinstance(result, str):
+                    addresses = [result]
+                else:
+                    addresses = sorted({str(entry[4][0]) for entry in result})
+                if name and addresses and not is_numeric(str(name)):
+                    emit("network", "hint", str(name), "dns-result", {"addresses": addresses[:32]})
+            except Exception:
+                pass  # evidence must never break the program
+            return result
+
+    def resolver_wrapper(original):
+        return Resolver(original)
+
+    return hook, fork_exec_wrapper, inject_env, os_open_wrapper, resolver_wrapper
 
 
 def _fork_exec_factory(original, subprocess_ok, deny, fsdecode, fsencode, inject_env,
@@ -687,7 +717,15 @@ def install():
 
     config = json.loads(text)
     config["_text"] = text
-    hook, fork_exec_wrapper, inject_env, os_open_wrapper = _make_hook(config)
+    hook, fork_exec_wrapper, inject_env, os_open_wrapper, resolver_wrapper = _make_hook(config)
+    if config.get("network") in ("all", "hosts"):  # lookups can succeed: report their answers
+        import _socket
+
+        for name in ("getaddrinfo", "gethostbyname"):
+            setattr(_socket, name, resolver_wrapper(getattr(_socket, name)))
+        sock = sys.modules.get("socket")
+        if sock is not None:
+            sock.gethostbyname = _socket.gethostbyname
     import posix
 
     wrapped = os_open_wrapper(posix.open)

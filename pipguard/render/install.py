@@ -26,9 +26,9 @@ def table(result, *, color: bool = False) -> str:
                                               "findings", "blocked"))]
     findings = [f for p in result.packages for f in p.findings] or list(result.findings)
     if findings:
-        rows = [(f.package, f.severity, f.rule, f.member, f.message[:80]) for f in findings[:50]]
+        finding_rows = [(f.package, f.severity, f.rule, f.member, f.message[:80]) for f in findings[:50]]
         lines += ["", f"Gate findings ({len(findings)}):",
-                  tabulate(rows, headers=("package", "severity", "rule", "member", "message"))]
+                  tabulate(finding_rows, headers=("package", "severity", "rule", "member", "message"))]
     for phase in result.phases:
         text = blocked_table(phase.report.events, phase.report.processes, color=color)
         if text:
