@@ -455,10 +455,10 @@ class Supervisor:
         """Connect a socket of our own to the index proxy and put it in place
         of the sandbox's fd (ADDFD+SETFD): the kernel never connects the
         sandbox's socket, so a sockaddr swapped after our read changes nothing."""
-        listener = self.started.listener
-        assert listener is not None  # we are answering one of its notifications
+        listener, proxy_port = self.started.listener, self.plan.proxy_port
+        assert listener is not None and proxy_port is not None  # answering its notification
         flags = notify.fd_flags(note.pid, fd)
-        ours = socket.create_connection(("127.0.0.1", self.plan.proxy_port), timeout=10)
+        ours = socket.create_connection(("127.0.0.1", proxy_port), timeout=10)
         try:
             ours.setblocking(not flags & os.O_NONBLOCK)
             self.proxy_clients[ours.getsockname()[1]] = note.pid
