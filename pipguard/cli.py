@@ -130,6 +130,9 @@ def _pip_options(f):
                      help="Time limit for each sandboxed phase."),
         click.option("--keep-env", multiple=True, metavar="NAME",
                      help="Pass this environment variable into the sandboxed phases (repeatable)."),
+        click.option("--no-observe-reads", is_flag=True,
+                     help="Do not observe native file reads (faster builds; Landlock still blocks "
+                          "them, but native read attempts are then not reported)."),
         click.option("--probe-imports", is_flag=True,
                      help="Also import each new top-level module in the sandbox before committing."),
         click.option("--report", "report_path", metavar="FILE", help="Write the JSON report here."),
@@ -164,7 +167,8 @@ def _install(sandbox_only: bool, kw: dict) -> None:
     signal.signal(signal.SIGTERM, _interrupt)
     result = Installer(options, python=kw["python"], isolation=kw["isolation"],
                        build_timeout=kw["timeout"], probe_imports=kw["probe_imports"],
-                       sandbox_only=sandbox_only, progress=progress, keep_env=kw["keep_env"]).run()
+                       sandbox_only=sandbox_only, progress=progress, keep_env=kw["keep_env"],
+                       observe_reads=not kw["no_observe_reads"]).run()
     from pipguard.render import install as render_install
 
     if report_path:

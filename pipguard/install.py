@@ -335,7 +335,7 @@ class Installer:
                  isolation: str = "auto", build_timeout: Optional[float] = None,
                  probe_imports: bool = False, sandbox_only: bool = False,
                  progress: Optional[Progress] = None, env: Optional[Dict[str, str]] = None,
-                 keep_env: Sequence[str] = ()) -> None:
+                 keep_env: Sequence[str] = (), observe_reads: bool = True) -> None:
         self.options = options
         self.python = os.path.abspath(python) if python else sys.executable
         if not (os.path.isfile(self.python) and os.access(self.python, os.X_OK)):
@@ -346,6 +346,7 @@ class Installer:
         self.sandbox_only = sandbox_only
         self.progress = progress or (lambda message: None)
         self.env = dict(os.environ if env is None else env)
+        self.observe_reads = observe_reads
         self.keep_env = tuple(keep_env) + ("PIP_CONFIG_FILE",)
         self.options = effective_sources(options, self.env, pip_config(self.python, self.env))
         self.phases: List[Phase] = []
@@ -363,7 +364,7 @@ class Installer:
         policy = Policy(
             isolation=self.isolation, allow_hosts=allow,
             allow_read=tuple(dict.fromkeys(read)), allow_write=tuple(dict.fromkeys(write)),
-            timeout=self.build_timeout, keep_env=self.keep_env,
+            timeout=self.build_timeout, keep_env=self.keep_env, observe_reads=self.observe_reads,
         )
         # The sandboxed pip reads no config file: its sources are explicit.
         report = run(list(argv), policy, cwd=cwd, env=dict(self.env, PIP_CONFIG_FILE=os.devnull))

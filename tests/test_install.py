@@ -255,3 +255,18 @@ def test_full_disk_leaves_environment_unchanged(tmp_path, fake_home, wheelhouse,
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr.split("pipguard:")[-1]
     assert listing(target) == before
+
+
+def test_no_observe_reads_still_blocks_native_reads(tmp_path, fake_home, wheelhouse, sdists, target,
+                                                     loopback_tcp):
+    """The documented trade-off of --no-observe-reads: the native helper's read of the key is
+    still refused (Landlock), but nobody reports it — the build looks clean and is installed."""
+    proc, report = pg_install(["--no-observe-reads", "--keep-env", "PIPGUARD_TEST_SINK", "native_helper"],
+                              home=fake_home, target=target, wheelhouse=wheelhouse, sdists=sdists,
+                              cwd=tmp_path,
+                              extra_env={"PIPGUARD_TEST_SINK": f"127.0.0.1:{loopback_tcp.port}"})
+    assert "PIPGUARD-FAKE-SECRET" not in proc.stdout + proc.stderr
+    assert loopback_tcp.received == [] and not fake_home.stolen()
+    assert report["policy"]["observe_reads"] is False
+    assert not [e for e in report["events"] if e["action"] == "blocked" and e["kind"] == "file-read"]
+    assert proc.returncode == 0  # observed clean: evidence, not proof
