@@ -45,7 +45,6 @@ No timing here is an assertion: this is a measuring tool, not a test.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import platform
@@ -205,11 +204,9 @@ def clean_env() -> Dict[str, str]:
 
 
 def sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    from pipguard.files import sha256 as file_sha256
+
+    return file_sha256(path)
 
 
 def median(values: Sequence[float]) -> Optional[float]:

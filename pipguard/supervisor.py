@@ -36,21 +36,13 @@ _FAIL_CLOSED = frozenset(("connect", "bind", "sendto", "sendmsg", "sendmmsg", "s
 _NSCD_SOCKET_TYPE = socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC
 _SCAN_INTERVAL = 0.05
 
-# Credential locations relative to a home directory (kept in step with the hook).
-_CREDENTIALS = (".ssh", ".aws", ".azure", ".config/gcloud", ".kube", ".docker/config.json",
-                ".pypirc", ".npmrc", ".netrc", ".git-credentials", ".config/gh", ".gnupg",
-                ".password-store", ".vault-token", ".mozilla", ".config/google-chrome",
-                ".config/chromium", ".bitcoin", ".ethereum", ".electrum", ".cargo/credentials",
-                ".cargo/credentials.toml", ".local/share/keyrings")
-# Kept in step with the hook's _PERSISTENCE_PATHS.
-_PERSISTENCE = (".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshrc", ".zprofile",
-                ".zshenv", ".zlogin", ".cshrc", ".tcshrc", ".config/fish", ".config/autostart",
-                ".config/systemd", ".config/environment.d", ".local/share/systemd", ".xinitrc",
-                ".xprofile", ".pam_environment", ".local/lib", ".ssh", ".pythonrc",
-                ".pythonstartup", ".config/pip", ".pip", ".pypirc", ".gitconfig", ".config/git",
-                ".npmrc", ".docker")
-_PROC_PRIVATE = frozenset(("environ", "cmdline", "mem", "maps", "fd", "auxv", "stack",
-                           "syscall", "smaps", "pagemap"))
+# One source of truth for what counts as a credential or startup file: the
+# hook's own lists (importing the module has no side effects; install() does).
+from pipguard._hook._pipguard_hook import (  # noqa: E402
+    _CREDENTIAL_PATHS as _CREDENTIALS,
+    _PERSISTENCE_PATHS as _PERSISTENCE,
+    _PROC_PRIVATE,
+)
 
 
 def _syscall_names() -> Dict[int, str]:
@@ -542,21 +534,22 @@ class Supervisor:
     def _under(path: str, roots) -> bool:
         return any(path == r or path.startswith(r + "/") for r in roots)
 
-    def _credential(self, path: str) -> bool:
+    def _in_homes(self, path: str, names) -> bool:
+        """Is ``path`` one of ``names`` (or below one) relative to a home directory?"""
         for home in self._homes:
             if path.startswith(home + "/"):
                 rel = path[len(home) + 1:]
-                if any(rel == c or rel.startswith(c + "/") for c in _CREDENTIALS):
+                if any(rel == n or rel.startswith(n + "/") for n in names):
                     return True
+        return False
+
+    def _credential(self, path: str) -> bool:
+        if self._in_homes(path, _CREDENTIALS):
+            return True
         return path in ("/etc/shadow", "/etc/gshadow") or path.startswith("/etc/ssh/")
 
     def _persistence(self, path: str) -> bool:
-        for home in self._homes:
-            if path.startswith(home + "/"):
-                rel = path[len(home) + 1:]
-                if any(rel == p or rel.startswith(p + "/") for p in _PERSISTENCE):
-                    return True
-        return False
+        return self._in_homes(path, _PERSISTENCE)
 
     def _proc_other(self, path: str, pid: int) -> bool:
         parts = path.split("/")

@@ -244,13 +244,18 @@ def _make_hook(config):
         emit(kind, "blocked", target, rule, detail)
         return "pipguard blocked %s of %s (rule %s): %s" % (kind, target, rule, why)
 
-    def credential(path):
+    def in_homes(path, names):
         for home in homes + ((sandbox_home,) if sandbox_home else ()):
             if path.startswith(home + "/"):
                 rel = path[len(home) + 1:]
-                for cred in CREDENTIAL_PATHS:
-                    if rel == cred or rel.startswith(cred + "/"):
+                for name in names:
+                    if rel == name or rel.startswith(name + "/"):
                         return True
+        return False
+
+    def credential(path):
+        if in_homes(path, CREDENTIAL_PATHS):
+            return True
         for secret in SYSTEM_SECRETS:
             if path == secret or path.startswith(secret + "/"):
                 return not under(path, read_roots + write_roots)
@@ -280,13 +285,7 @@ def _make_hook(config):
         return None
 
     def persistence(path):
-        for home in homes + ((sandbox_home,) if sandbox_home else ()):
-            if path.startswith(home + "/"):
-                rel = path[len(home) + 1:]
-                for item in PERSISTENCE_PATHS:
-                    if rel == item or rel.startswith(item + "/"):
-                        return True
-        return False
+        return in_homes(path, PERSISTENCE_PATHS)
 
     def check_write(path):
         if persistence(path):
