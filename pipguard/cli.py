@@ -83,14 +83,7 @@ def run(isolation, allow_network, allow_hosts, allow_write, allow_read, deny_sub
         allow_write=allow_write, allow_read=allow_read, keep_env=keep_env,
         isolation=isolation, timeout=timeout, observe_reads=not no_observe_reads,
     )
-    # SIGTERM stops the sandbox like Ctrl-C does: the supervisor kills the
-    # whole tree and the report is still written.
-    import signal
-
-    def _interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, _interrupt)
+    _sigterm_like_ctrl_c()
     report = run_sandbox(list(command), policy, record_build_dir=record_build_dir)
     if report_path:
         write_atomic(report_path, render.get("json")(report))
@@ -99,8 +92,19 @@ def run(isolation, allow_network, allow_hosts, allow_write, allow_read, deny_sub
     else:
         click.echo(render.get(fmt)(report), nl=False)
     if report.error:
-        raise SystemExit(130)
+        raise SystemExit(exitcodes.INTERRUPTED)
     raise SystemExit(exitcodes.from_wait_status(report.exit_code, report.timed_out))
+
+
+def _sigterm_like_ctrl_c() -> None:
+    """SIGTERM stops the sandbox like Ctrl-C does: the supervisor kills the
+    whole tree and the report is still written."""
+    import signal
+
+    def _interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _interrupt)
 
 
 def _pip_options(f):
@@ -159,12 +163,7 @@ def _install(sandbox_only: bool, kw: dict) -> None:
     )
     show = kw["quiet"] == 0 and sys.stderr.isatty()
     progress = (lambda m: click.echo(f"pipguard: {m}", err=True)) if show else None
-    import signal
-
-    def _interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, _interrupt)
+    _sigterm_like_ctrl_c()
     result = Installer(options, python=kw["python"], isolation=kw["isolation"],
                        build_timeout=kw["timeout"], probe_imports=kw["probe_imports"],
                        sandbox_only=sandbox_only, progress=progress, keep_env=kw["keep_env"],

@@ -232,7 +232,8 @@ class PackageResult:
 @dataclass(frozen=True)
 class InstallResult:
     """Outcome of ``install``/``sandbox``: ``status`` is ``installed``,
-    ``clean`` (sandbox mode, nothing installed), ``refused`` or ``error``."""
+    ``clean`` (sandbox mode, nothing installed), ``refused``, ``error`` or
+    ``interrupted`` (SIGINT/SIGTERM: the running phase was stopped, nothing installed)."""
 
     command: Tuple[str, ...]
     status: str
@@ -246,8 +247,8 @@ class InstallResult:
     def exit_code(self) -> int:
         from pipguard import exitcodes
 
-        return {"installed": exitcodes.OK, "clean": exitcodes.OK,
-                "refused": exitcodes.REFUSED}.get(self.status, exitcodes.ERROR)
+        return {"installed": exitcodes.OK, "clean": exitcodes.OK, "refused": exitcodes.REFUSED,
+                "interrupted": exitcodes.INTERRUPTED}.get(self.status, exitcodes.ERROR)
 
     def combined(self) -> Report:
         """One run-style report over every phase (top-level events of all phases)."""
@@ -272,7 +273,7 @@ class InstallResult:
             unavailable.update(r.isolation.unavailable)
             dropped += r.events_dropped
             timed_out = timed_out or r.timed_out
-        exit_code = {"installed": 0, "clean": 0, "refused": 1}.get(self.status, 2)
+        exit_code = {"installed": 0, "clean": 0, "refused": 1, "interrupted": 130}.get(self.status, 2)
         first = self.phases[0].report if self.phases else None
         return Report(
             command=self.command, exit_code=exit_code, timed_out=timed_out,
@@ -369,6 +370,8 @@ class Installer:
         # The sandboxed pip reads no config file: its sources are explicit.
         report = run(list(argv), policy, cwd=cwd, env=dict(self.env, PIP_CONFIG_FILE=os.devnull))
         self.phases.append(Phase(name, package, report))
+        if report.error and report.error.startswith("interrupted"):
+            raise KeyboardInterrupt  # the sandbox is already gone; stop before the next phase
         return report
 
     def _pip(self, *args: str) -> List[str]:
@@ -381,6 +384,8 @@ class Installer:
         stage = tempfile.mkdtemp(prefix="pipguard-install-")
         try:
             return self._run(stage)
+        except KeyboardInterrupt:  # between phases; inside one, the supervisor reports it
+            return self._result("interrupted", message="interrupted; nothing was installed")
         finally:
             shutil.rmtree(stage, ignore_errors=True)
 
@@ -532,8 +537,13 @@ class Installer:
         self.progress("installing")
         argv = self._pip("install", "--no-deps", "--no-index", "--no-build-isolation",
                          *(["--upgrade"] if self.options.upgrade else []), *installables)
-        proc = subprocess.run(argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True)
+        try:
+            proc = subprocess.run(argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True)
+        except KeyboardInterrupt:
+            return self._result("interrupted", packages, all_findings,
+                                "interrupted during the final pip install of verified wheels: pip "
+                                "rolls back what it can; check the environment")
         if proc.returncode != 0:
             tail = proc.stdout.strip().splitlines()[-1:] or [""]
             return self._result("error", packages, all_findings,

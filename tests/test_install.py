@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tarfile
@@ -270,3 +271,31 @@ def test_no_observe_reads_still_blocks_native_reads(tmp_path, fake_home, wheelho
     assert report["policy"]["observe_reads"] is False
     assert not [e for e in report["events"] if e["action"] == "blocked" and e["kind"] == "file-read"]
     assert proc.returncode == 0  # observed clean: evidence, not proof
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_during_build_leaves_environment_unchanged(tmp_path, fake_home, wheelhouse, sdists,
+                                                            target, sig):
+    marker = f"pipguard-hang-{os.getpid()}-{int(sig)}"
+    _write_sdist(tmp_path, "hangs", f"import time\nprint({marker!r}, flush=True)\ntime.sleep(600)\n")
+    before = listing(target)
+    report = tmp_path / "r.json"
+    proc = subprocess.Popen(
+        [PY, "-m", "pipguard", "install", "--sandbox", "--python", str(target / "bin" / "python"),
+         "--no-index", "-f", str(wheelhouse), "-f", str(tmp_path / "extra"), "--report", str(report),
+         "-v", "hangs"],
+        cwd=tmp_path, env=fake_home.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = ""
+    for line in proc.stdout:  # readiness: the hanging setup.py is running in the sandbox
+        seen += line
+        if marker in line:
+            break
+    proc.send_signal(sig)
+    rest, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, seen + rest
+    assert listing(target) == before
+    data = json.loads(report.read_text())
+    assert data["status"] == "interrupted" and data["verdict"] == "error"
+    sandboxed = [p["pid"] for p in data["processes"]]
+    assert sandboxed and any(p["killed_by_pipguard"] for p in data["processes"])
+    assert [pid for pid in sandboxed if os.path.exists(f"/proc/{pid}")] == []
