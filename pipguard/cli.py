@@ -112,17 +112,23 @@ def _pip_options(f):
     options = [
         click.option("-r", "--requirement", "requirement_files", multiple=True, metavar="FILE",
                      help="Install from the given requirements file (repeatable)."),
-        click.option("-c", "--constraint", "constraint_files", multiple=True, metavar="FILE"),
-        click.option("-i", "--index-url", metavar="URL"),
-        click.option("--extra-index-url", "extra_index_urls", multiple=True, metavar="URL"),
-        click.option("-f", "--find-links", multiple=True, metavar="URL|DIR"),
-        click.option("--no-index", is_flag=True),
-        click.option("--no-binary", multiple=True, metavar="FORMAT"),
-        click.option("--only-binary", multiple=True, metavar="FORMAT"),
-        click.option("--pre", is_flag=True),
-        click.option("-U", "--upgrade", is_flag=True),
-        click.option("--no-deps", is_flag=True),
-        click.option("--require-hashes", is_flag=True),
+        click.option("-c", "--constraint", "constraint_files", multiple=True, metavar="FILE",
+                     help="Constrain versions with this file (repeatable)."),
+        click.option("-i", "--index-url", metavar="URL",
+                     help="Package index (default: pip's configuration, else PyPI). Index hosts are "
+                          "the only network the resolve phase can reach."),
+        click.option("--extra-index-url", "extra_index_urls", multiple=True, metavar="URL",
+                     help="Additional index (repeatable)."),
+        click.option("-f", "--find-links", multiple=True, metavar="URL|DIR",
+                     help="Look for archives here (repeatable). With --no-index and local dirs "
+                          "only, nothing in the install touches the network."),
+        click.option("--no-index", is_flag=True, help="Ignore package indexes."),
+        click.option("--no-binary", multiple=True, metavar="FORMAT", help="As pip: build these from source."),
+        click.option("--only-binary", multiple=True, metavar="FORMAT", help="As pip: never build these."),
+        click.option("--pre", is_flag=True, help="Include pre-releases."),
+        click.option("-U", "--upgrade", is_flag=True, help="Upgrade packages that are already installed."),
+        click.option("--no-deps", is_flag=True, help="Do not install dependencies."),
+        click.option("--require-hashes", is_flag=True, help="As pip: require a hash for every requirement."),
         click.option("--no-cache-dir", is_flag=True, help="Accepted for pip compatibility (the "
                      "sandbox never uses your pip cache)."),
         click.option("-q", "--quiet", count=True, help="Less output (also silences progress)."),
@@ -197,7 +203,8 @@ def install(sandbox, **kw) -> None:
     runs at all), gated; sdists are refused.
 
     Exit status: 0 installed, 1 refused (something was blocked or a gate
-    fired: nothing installed), 2 error (environment unchanged).
+    fired: nothing installed), 2 error (environment unchanged), 130
+    interrupted.
     """
     if not sandbox:
         kw["only_binary"] = tuple(kw["only_binary"]) + (":all:",)
@@ -210,7 +217,8 @@ def sandbox(**kw) -> None:
     """Resolve, build and (with --probe-imports) import PACKAGES in the
     sandbox; install nothing; print the evidence.
 
-    Exit status: 0 observed clean, 1 something was blocked, 2 error.
+    Exit status: 0 observed clean, 1 something was blocked, 2 error, 130
+    interrupted.
     """
     _install(True, kw)
 
