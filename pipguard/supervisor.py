@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import platform
 import selectors
 import signal
 import socket
@@ -31,6 +32,11 @@ _SAFE_WRITE_TARGETS = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty")
 _PR_SET_CHILD_SUBREAPER = 36
 _MSG_FASTOPEN = 0x20000000
 _HANDLED = -1  # a handler already answered the notification itself
+# AUDIT_ARCH_* of this interpreter's native ABI (linux/audit.h); x32 marks its numbers with bit 30.
+# Unknown machines learn it from the first notification (the launcher's own execve).
+_NATIVE_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7, "riscv64": 0xC00000F3,
+                "ppc64le": 0xC0000015, "s390x": 0x80000016}.get(platform.machine())
+_X32_BIT = 0x40000000 if platform.machine() == "x86_64" else 1 << 62
 _FAIL_CLOSED = frozenset(("connect", "bind", "sendto", "sendmsg", "sendmmsg", "socket",
                           "open", "openat", "openat2", "creat"))
 _NSCD_SOCKET_TYPE = socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC
@@ -100,6 +106,7 @@ class Supervisor:
         self.evidence = Evidence()
         self.memory = notify.Memory()
         self._root_status: Optional[int] = None
+        self._native_arch: Optional[int] = _NATIVE_ARCH
         self.deny_errno = _deny_errno()
         self._seq = 0
         self._t0 = time.time()
@@ -215,6 +222,16 @@ class Supervisor:
     def _handle_notification(self, listener: int) -> None:
         note = notify.receive(listener)
         if note is None:
+            return
+        if self._native_arch is None:
+            self._native_arch = note.arch
+        if note.arch != self._native_arch or note.nr >= _X32_BIT:
+            # int 0x80 / x32: a foreign ABI, never legitimate in the sandbox
+            # (ENOSYS, as if the kernel lacked it); numbers are not ours to name.
+            self.add_event("syscall", BLOCKED, "seccomp", note.pid,
+                           f"foreign-ABI syscall {note.nr & ~_X32_BIT} (arch {note.arch:#x})",
+                           "foreign-abi", {"arch": hex(note.arch), "nr": note.nr})
+            notify.respond_error(listener, note.id, errno.ENOSYS)
             return
         name = self._names.get(note.nr, f"syscall_{note.nr}")
         handler = getattr(self, "_on_" + name, None)

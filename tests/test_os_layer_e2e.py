@@ -443,3 +443,32 @@ def test_command_path_never_widens_reads_to_root(tmp_path, fake_home, shell):
     assert "PIPGUARD-FAKE-SECRET" not in r.stdout
     assert r.report["verdict"] == "blocked"
     assert str(fake_home.secrets["id_rsa"]) in r.targets(kind="file-read")
+
+
+INT80 = r"""
+#include <stdio.h>
+static long int80(long nr) {
+    long ret;
+    __asm__ volatile ("int $0x80" : "=a"(ret) : "a"(nr), "b"(0), "c"(0), "d"(0) : "memory");
+    return ret;
+}
+int main(void) { printf("%ld\n", int80(26)); return 0; }  /* i386 ptrace(TRACEME) */
+"""
+
+
+def test_int80_foreign_abi_is_refused_and_reported(tmp_path, fake_home):
+    """The 32-bit ABI bypasses a filter written for x86_64 numbers: it is refused (ENOSYS)
+    and every attempt is reported."""
+    import platform
+    import subprocess
+
+    if platform.machine() != "x86_64":
+        pytest.skip("int 0x80 is x86 only")
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "i80.c").write_text(INT80)
+    subprocess.run(["gcc", "-O0", "-o", str(work / "i80"), str(work / "i80.c")], check=True)
+    r = pipguard(["run", "--isolation", "os", "--", str(work / "i80")], cwd=work, env=fake_home.env())
+    assert r.stdout.strip() == "-38", r.stdout  # -ENOSYS
+    (event,) = r.blocked(kind="syscall", rule="foreign-abi")
+    assert "syscall 26" in event["target"] and event["layer"] == "seccomp"

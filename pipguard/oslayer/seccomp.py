@@ -221,7 +221,9 @@ def build_filter(spec: "OsLayerSpec", *, notify: bool):
     assert _sc is not None
     A = _sc.Arg
     f = _sc.SyscallFilter(_sc.ALLOW)
-    f.set_attr(_sc.Attr.ACT_BADARCH, _sc.ERRNO(errno.ENOSYS))
+    # Syscalls of a foreign ABI (int 0x80, x32) fail with ENOSYS; with a
+    # supervisor they go to it first so that each attempt is reported.
+    f.set_attr(_sc.Attr.ACT_BADARCH, _sc.NOTIFY if notify else _sc.ERRNO(errno.ENOSYS))
     f.set_attr(_sc.Attr.CTL_NNP, 0)  # no_new_privs is set explicitly, earlier
 
     def deny(name: str) -> int:
