@@ -12,19 +12,11 @@ import time
 
 import pytest
 
+from test_evidence import live_argvs
+
 
 def _alive_with(marker: str) -> list:
-    out = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                if marker.encode() in fh.read():
-                    out.append(int(pid))
-        except OSError:
-            pass
-    return out
+    return [argv for argv in live_argvs() if any(marker in a for a in argv)]
 
 
 @pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 130)])
