@@ -103,7 +103,7 @@ def _proxy_evidence(proxy, supervisor) -> None:
         supervisor.add_event("network", action, "proxy", pid, f"{host}:{port}", rule,
                              {"protocol": "https" if how == "CONNECT" else "http", "method": how,
                               "host": host, "port": port}, when=when)
-        supervisor._add_network("inet", "https" if how == "CONNECT" else "http", host, port, host,
+        supervisor.add_network("inet", "https" if how == "CONNECT" else "http", host, port, host,
                                 action, pid, "proxy")
 
 

@@ -161,7 +161,7 @@ class Supervisor:
                                           pid, target, rule, detail))
         self._seen[key] = len(self.evidence.events) - 1
 
-    def _add_network(self, family: str, protocol: str, address: str, port: Optional[int],
+    def add_network(self, family: str, protocol: str, address: str, port: Optional[int],
                      host: Optional[str], action: str, pid: int, layer: str) -> None:
         if len(self.evidence.network) >= self.policy.max_events:
             self.evidence.dropped += 1
@@ -212,11 +212,11 @@ class Supervisor:
         if kind == "network" and detail.get("address") in self._dns:
             detail.setdefault("host", self._dns[str(detail["address"])])
         if kind == "network" and detail.get("op") in ("connect", "sendto", "sendmsg", "bind"):
-            self._add_network(str(detail.get("family", "")), str(detail.get("protocol", "")),
+            self.add_network(str(detail.get("family", "")), str(detail.get("protocol", "")),
                               str(detail.get("address", "")), detail.get("port"), None,
                               action, pid, "audit")
         elif kind == "network" and detail.get("protocol") == "dns":
-            self._add_network("dns", "dns", "", None, target, action, pid, "audit")
+            self.add_network("dns", "dns", "", None, target, action, pid, "audit")
 
     # --------------------------------------------------------- notifications
     def _handle_notification(self, listener: int) -> None:
@@ -273,7 +273,7 @@ class Supervisor:
             rule = "nscd-probe"
         self.add_event("network", BLOCKED, "seccomp", note.pid, target, rule,
                        {"syscall": "socket", "family": fam, "type": proto})
-        self._add_network(fam, proto, "", None, None, BLOCKED, note.pid, "seccomp")
+        self.add_network(fam, proto, "", None, None, BLOCKED, note.pid, "seccomp")
         return self.deny_errno.get("socket", errno.EPERM)
 
     def _on_socketpair(self, note: notify.Notification) -> int:
@@ -457,7 +457,7 @@ class Supervisor:
         if op == "bind" and not allowed and address in ("127.0.0.1", "::1", "0.0.0.0", "::"):
             rule = "loopback-bind"  # e.g. urllib3's IPv6 probe: informational
         self.add_event("network", action, "supervisor", note.pid, target, rule, detail)
-        self._add_network(family, protocol, address, port, None, action, note.pid, "supervisor")
+        self.add_network(family, protocol, address, port, None, action, note.pid, "supervisor")
         return 0 if allowed else errno.EACCES
 
     def _connect_on_behalf(self, note: notify.Notification, fd: int, target: str, detail: dict) -> int:
