@@ -118,7 +118,7 @@ def _report(plan: Plan, policy: Policy, started, evidence, written, started_at: 
     processes = []
     for key in evidence.process_order:
         record = evidence.processes[key]
-        if key == plan_root(started):
+        if key == started.process.pid:
             record = ProcessRecord(record.pid, record.ppid, record.argv, evidence.exit_code,
                                    bool(evidence.timed_out or evidence.interrupted))
         elif record.pid in evidence.killed:
@@ -143,10 +143,6 @@ def _report(plan: Plan, policy: Policy, started, evidence, written, started_at: 
         cwd=plan.cwd, started_at=started_at, duration=round(time.time() - started_at, 4),
         error=error, tool_version=pipguard.__version__,
     )
-
-
-def plan_root(started) -> int:
-    return started.process.pid
 
 
 def run_sandboxed(argv: Sequence[str], *, allow_network: bool = False,

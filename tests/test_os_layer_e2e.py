@@ -472,3 +472,38 @@ def test_int80_foreign_abi_is_refused_and_reported(tmp_path, fake_home):
     assert r.stdout.strip() == "-38", r.stdout  # -ENOSYS
     (event,) = r.blocked(kind="syscall", rule="foreign-abi")
     assert "syscall 26" in event["target"] and event["layer"] == "seccomp"
+
+
+DENY_LIST_PROBE = r"""
+import ctypes, errno, fcntl, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+out = {}
+for name, nr, args in (("bpf", 321, (0, 0, 0)), ("unshare", 272, (0x10000000,)),
+                       ("mount", 165, (0, 0, 0, 0, 0)), ("keyctl", 250, (0, 0, 0))):
+    ctypes.set_errno(0)
+    res = libc.syscall(nr, *args)
+    out[name] = ctypes.get_errno() if res == -1 else 0
+try:
+    fcntl.ioctl(0, 0x5412, b"x")  # TIOCSTI
+    out["ioctl"] = 0
+except OSError as exc:
+    out["ioctl"] = exc.errno
+print(json.dumps(out))
+"""
+
+
+def test_deny_list_syscalls_are_refused_and_reported(tmp_path, fake_home):
+    """bpf, unshare(CLONE_NEWUSER), mount, keyctl and TIOCSTI: each fails EPERM and each is in
+    the report as a seccomp syscall-denied event."""
+    import json
+    import sys
+
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "probe.py").write_text(DENY_LIST_PROBE)
+    r = pipguard(["run", "--isolation", "os", "--", sys.executable, "-I", str(work / "probe.py")],
+                 cwd=work, env=fake_home.env())
+    errnos = json.loads(r.stdout.strip().splitlines()[-1])
+    assert errnos == {name: 1 for name in ("bpf", "unshare", "mount", "keyctl", "ioctl")}, errnos
+    reported = {e["target"] for e in r.blocked(kind="syscall", rule="syscall-denied")}
+    assert {"bpf", "unshare", "mount", "keyctl", "ioctl"} <= reported, reported
