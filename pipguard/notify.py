@@ -40,9 +40,13 @@ FD_SYNC_WAKE_UP = 1
 def sync_wake_up(listener: int) -> bool:
     """Ask the kernel to switch directly between the notifying thread and
     the supervisor (SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP, Linux >= 6.6): one
-    notification round trip then costs far less. False where unsupported."""
+    notification round trip then costs far less. False where unsupported.
+
+    The flags travel by value in the ioctl argument, not behind a pointer
+    (kernel/seccomp.c: ``seccomp_notify_set_flags(filter, arg)``); passing a
+    buffer makes the kernel see its address as flags and refuse (EINVAL)."""
     try:
-        fcntl.ioctl(listener, IOCTL_SET_FLAGS, struct.pack("=Q", FD_SYNC_WAKE_UP))
+        fcntl.ioctl(listener, IOCTL_SET_FLAGS, FD_SYNC_WAKE_UP)
         return True
     except OSError:
         return False
@@ -71,7 +75,16 @@ def receive(listener: int) -> Optional[Notification]:
         if exc.errno in (errno.ENOENT, errno.EINTR, errno.EAGAIN):
             return None
         raise
-    nid, pid, _flags, nr, arch, _ip, *args = _NOTIF.unpack(buf)
+    return decode(bytes(buf))
+
+
+NOTIF_SIZE = _NOTIF.size
+
+
+def decode(raw: bytes) -> Notification:
+    """A Notification from a raw struct seccomp_notif (as the kernel or the
+    native responder hands it over)."""
+    nid, pid, _flags, nr, arch, _ip, *args = _NOTIF.unpack(raw)
     return Notification(nid, pid, nr, arch, tuple(args))
 
 

@@ -51,6 +51,12 @@ from pipguard._hook._pipguard_hook import (  # noqa: E402
 )
 
 
+def _join_responder(handle):
+    from pipguard import _responder  # type: ignore[attr-defined]
+
+    return _responder.join(handle)
+
+
 def _syscall_names() -> Dict[int, str]:
     try:
         import pyseccomp
@@ -112,6 +118,9 @@ class Supervisor:
         self._t0 = time.time()
         self._seen: Dict[Tuple, int] = {}
         self._fifo_buf = b""
+        self._forward_buf = b""
+        self.notifications = 0  # answered by Python
+        self.responder_stats: Dict[str, object] = {"responder": "python"}
         self._forks_since_scan = 0
         self._live_at_scan = 1
         self._last_scan = 0.0
@@ -221,8 +230,66 @@ class Supervisor:
     # --------------------------------------------------------- notifications
     def _handle_notification(self, listener: int) -> None:
         note = notify.receive(listener)
-        if note is None:
+        if note is not None:
+            self._dispatch(listener, note)
+
+    def _read_forwarded(self, fd: int, listener: int) -> None:
+        """Notifications the native responder did not answer itself, raw."""
+        try:
+            data = os.read(fd, notify.NOTIF_SIZE * 64)
+        except BlockingIOError:
             return
+        self._forward_buf += data
+        size = notify.NOTIF_SIZE
+        whole = len(self._forward_buf) - len(self._forward_buf) % size
+        chunk, self._forward_buf = self._forward_buf[:whole], self._forward_buf[whole:]
+        for offset in range(0, whole, size):
+            self._dispatch(listener, notify.decode(chunk[offset:offset + size]))
+
+    def _start_responder(self, listener: int):
+        """Hand the listener to the native responder thread (pipguard/_responder.c),
+        which answers the opens our fast path would answer without evidence and
+        forwards everything else through a pipe. None: answer all from Python."""
+        if self._native_arch is None or os.environ.get("PIPGUARD_PYTHON_RESPONDER"):
+            return None
+        try:
+            from pipguard import _responder  # type: ignore[attr-defined]
+        except ImportError:
+            return None
+        kinds = {"open": 1, "creat": 2, "openat": 3, "openat2": 4}
+        forward_r, forward_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        stop_r, stop_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            handle = _responder.start(
+                listener=listener, forward_fd=forward_w, stop_fd=stop_r, arch=self._native_arch,
+                kinds={nr: kinds[name] for nr, name in self._names.items() if name in kinds},
+                read_fast=[os.fsencode(p) for p in self._read_fast],
+                write_fast=[os.fsencode(p) for p in self._write_fast],
+                never_fast=[os.fsencode(p) for p in self._never_fast],
+                write_mask=_WRITE_FLAGS)
+        except (OSError, ValueError):
+            for fd in (forward_r, forward_w, stop_r, stop_w):
+                os.close(fd)
+            return None
+        return handle, forward_r, forward_w, stop_r, stop_w
+
+    def _stop_responder(self, responder, listener: int) -> None:
+        handle, forward_r, forward_w, stop_r, stop_w = responder
+        os.write(stop_w, b"x")
+        answered, forwarded, error = _join_responder(handle)
+        self.responder_stats = {"responder": "native", "answered_natively": answered,
+                                "forwarded": forwarded}
+        if error:
+            self.responder_stats["error"] = os.strerror(error)
+        try:  # what it forwarded before it stopped still needs an answer
+            self._read_forwarded(forward_r, listener)
+        except OSError:
+            pass
+        for fd in (forward_r, forward_w, stop_r, stop_w):
+            os.close(fd)
+
+    def _dispatch(self, listener: int, note: notify.Notification) -> None:
+        self.notifications += 1
         if self._native_arch is None:
             self._native_arch = note.arch
         if note.arch != self._native_arch or note.nr >= _X32_BIT:
@@ -742,8 +809,13 @@ class Supervisor:
         sel = selectors.DefaultSelector()
         sel.register(fifo, selectors.EVENT_READ, "fifo")
         listener = self.started.listener
+        responder = None
         if listener is not None:
-            sel.register(listener, selectors.EVENT_READ, "notify")
+            responder = self._start_responder(listener)
+            if responder is not None:
+                sel.register(responder[1], selectors.EVENT_READ, "forwarded")
+            else:
+                sel.register(listener, selectors.EVENT_READ, "notify")
         if pidfd is not None:
             sel.register(pidfd, selectors.EVENT_READ, "exit")
         deadline = None if self.policy.timeout is None else time.monotonic() + self.policy.timeout
@@ -770,6 +842,11 @@ class Supervisor:
                             self._handle_notification(listener)
                         except OSError:
                             sel.unregister(listener)
+                    elif key.data == "forwarded" and listener is not None:
+                        try:
+                            self._read_forwarded(key.fd, listener)
+                        except OSError:
+                            sel.unregister(key.fd)
                     elif key.data == "exit":
                         root_done = True
                 if pidfd is None and self.started.process.poll() is not None:
@@ -779,6 +856,8 @@ class Supervisor:
             # process hangs in a notified syscall.
             self._kill_answering(sel, listener, fifo)
         finally:
+            if responder is not None and listener is not None:
+                self._stop_responder(responder, listener)
             if listener is not None:
                 os.close(listener)
             self._read_fifo(fifo)
@@ -824,6 +903,11 @@ class Supervisor:
                 if key.data == "notify":
                     try:
                         self._handle_notification(listener)
+                    except OSError:
+                        pass
+                elif key.data == "forwarded":
+                    try:
+                        self._read_forwarded(key.fd, listener)
                     except OSError:
                         pass
                 elif key.data == "fifo":
