@@ -26,6 +26,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from pipguard import gate
 from pipguard.files import sha256
+from pipguard.pipwarm import WarmPip
 from pipguard.errors import PipError, UsageError
 from pipguard.policy import Policy
 from pipguard.report import Event, FileWritten, LayerStatus, NetworkAttempt, ProcessRecord, Report
@@ -351,6 +352,7 @@ class Installer:
         self.keep_env = tuple(keep_env) + ("PIP_CONFIG_FILE",)
         self.options = effective_sources(options, self.env, pip_config(self.python, self.env))
         self.phases: List[Phase] = []
+        self._warm: Optional[WarmPip] = None
         self.command = ("pipguard", "sandbox" if sandbox_only else "install", "--sandbox",
                         *options.resolve_args())
 
@@ -382,11 +384,15 @@ class Installer:
     # ---------------------------------------------------------------- phases
     def run(self) -> InstallResult:
         stage = tempfile.mkdtemp(prefix="pipguard-install-")
+        # The final, unsandboxed pip imports itself while the sandbox builds.
+        self._warm = None if self.sandbox_only else WarmPip(self.python, self.env)
         try:
             return self._run(stage)
         except KeyboardInterrupt:  # between phases; inside one, the supervisor reports it
             return self._result("interrupted", message="interrupted; nothing was installed")
         finally:
+            if self._warm is not None:
+                self._warm.close()
             shutil.rmtree(stage, ignore_errors=True)
 
     def _result(self, status: str, packages=(), findings=(), message="") -> InstallResult:
@@ -535,22 +541,43 @@ class Installer:
                 self.progress(f"{p.name} {p.version}: ok")
             return self._result("clean", packages, all_findings, "observed clean; nothing installed")
         self.progress("installing")
-        argv = self._pip("install", "--no-deps", "--no-index", "--no-build-isolation",
-                         *(["--upgrade"] if self.options.upgrade else []), *installables)
+        # By name from a folder of exactly the verified artifacts, not by path:
+        # a path would be recorded as the origin (direct_url.json), and
+        # ``pip freeze`` would then print "NAME @ file:///tmp/...whl".
+        folder = os.path.join(stage, "verified")
+        args = self._pip("install", "--no-deps", "--no-index", "--no-build-isolation",
+                         *(["--upgrade"] if self.options.upgrade else []),
+                         *self._by_name(installables, folder))[3:]
         try:
-            proc = subprocess.run(argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True)
+            assert self._warm is not None
+            returncode, output = self._warm.run(args)
         except KeyboardInterrupt:
             return self._result("interrupted", packages, all_findings,
                                 "interrupted during the final pip install of verified wheels: pip "
                                 "rolls back what it can; check the environment")
-        if proc.returncode != 0:
-            tail = proc.stdout.strip().splitlines()[-1:] or [""]
+        if returncode != 0:
+            tail = output.strip().splitlines()[-1:] or [""]
             return self._result("error", packages, all_findings,
                                 "pip install of the verified wheels failed: " + tail[0])
         for p in packages:
             self.progress(f"{p.name} {p.version}: installed")
         return self._result("installed", packages, all_findings, "installed")
+
+    @staticmethod
+    def _by_name(installables: Sequence[str], folder: str) -> List[str]:
+        """pip arguments installing exactly ``installables`` by NAME==VERSION
+        from ``folder``, which gets hard links (or copies) of them and nothing else."""
+        os.makedirs(folder, exist_ok=True)
+        args = ["--find-links", os.path.abspath(folder)]
+        for path in installables:
+            target = os.path.join(folder, os.path.basename(path))
+            try:
+                os.link(path, target)
+            except OSError:
+                shutil.copy2(path, target)
+            name, version, _sdist = parse_artifact(path)
+            args.append(f"{name}=={version}")
+        return args
 
     def _resolve_failure(self, what: str, report: Report) -> str:
         message = _pip_failure(what, report)

@@ -81,6 +81,11 @@ def test_legit_pure_installs(tmp_path, fake_home, wheelhouse, sdists, target):
     assert report["status"] == "installed" and report["verdict"] == "clean"
     # all sources local: resolve and build in one offline sandboxed run
     assert [p["name"] for p in report["phases"]] == ["build"]
+    # installed by name, as pip would: no temporary wheel path recorded as the origin
+    freeze = subprocess.run([str(target / "bin" / "python"), "-m", "pip", "freeze"],
+                            capture_output=True, text=True, check=True).stdout
+    assert "legit-pure==" in freeze.lower().replace("_", "-") and "@ file:" not in freeze, freeze
+    assert not list(target.glob("lib/python*/site-packages/legit_pure-*.dist-info/direct_url.json"))
 
 
 def test_legit_c_extension_builds_and_imports(tmp_path, fake_home, wheelhouse, sdists, target):
