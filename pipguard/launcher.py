@@ -105,7 +105,6 @@ def start(plan: Plan) -> Started:
         if status.get("listener_fd") is not None:
             try:
                 listener = notify.take_fd(process.pid, int(status["listener_fd"]))
-                notify.sync_wake_up(listener)
             except OSError as exc:
                 if plan.os_required:
                     process.kill()

@@ -105,6 +105,10 @@ class Report:
     error: Optional[str] = None
     tool_version: str = ""
     schema: str = SCHEMA
+    # how the supervisor answered seccomp notifications: responder ("native"
+    # thread or "python"), sync_wake_up, answered_natively, answered_by_python;
+    # empty when no supervisor ran
+    supervision: Dict[str, Any] = field(default_factory=dict)
 
     @property
     def blocked_events(self) -> Tuple[Event, ...]:

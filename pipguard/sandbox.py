@@ -141,7 +141,7 @@ def _report(plan: Plan, policy: Policy, started, evidence, written, started_at: 
         files_written=tuple(written), env_removed=plan.env_removed,
         events_dropped=evidence.dropped, policy=policy.to_json(), host=_host_summary(),
         cwd=plan.cwd, started_at=started_at, duration=round(time.time() - started_at, 4),
-        error=error, tool_version=pipguard.__version__,
+        error=error, tool_version=pipguard.__version__, supervision=dict(evidence.supervision),
     )
 
 

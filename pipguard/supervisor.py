@@ -98,6 +98,8 @@ class Evidence:
     timed_out: bool = False
     interrupted: Optional[str] = None
     killed: List[int] = field(default_factory=list)
+    # how the notifications were answered (report "supervision"); empty without a listener
+    supervision: Dict[str, object] = field(default_factory=dict)
 
 
 class Supervisor:
@@ -120,7 +122,6 @@ class Supervisor:
         self._fifo_buf = b""
         self._forward_buf = b""
         self.notifications = 0  # answered by Python
-        self.responder_stats: Dict[str, object] = {"responder": "python"}
         self._forks_since_scan = 0
         self._live_at_scan = 1
         self._last_scan = 0.0
@@ -277,10 +278,9 @@ class Supervisor:
         handle, forward_r, forward_w, stop_r, stop_w = responder
         os.write(stop_w, b"x")
         answered, forwarded, error = _join_responder(handle)
-        self.responder_stats = {"responder": "native", "answered_natively": answered,
-                                "forwarded": forwarded}
+        self.evidence.supervision.update(responder="native", answered_natively=answered)
         if error:
-            self.responder_stats["error"] = os.strerror(error)
+            self.evidence.supervision["responder_error"] = os.strerror(error)
         try:  # what it forwarded before it stopped still needs an answer
             self._read_forwarded(forward_r, listener)
         except OSError:
@@ -811,6 +811,8 @@ class Supervisor:
         listener = self.started.listener
         responder = None
         if listener is not None:
+            self.evidence.supervision.update(responder="python", answered_natively=0,
+                                             sync_wake_up=notify.sync_wake_up(listener))
             responder = self._start_responder(listener)
             if responder is not None:
                 sel.register(responder[1], selectors.EVENT_READ, "forwarded")
@@ -858,6 +860,8 @@ class Supervisor:
         finally:
             if responder is not None and listener is not None:
                 self._stop_responder(responder, listener)
+            if listener is not None:
+                self.evidence.supervision["answered_by_python"] = self.notifications
             if listener is not None:
                 os.close(listener)
             self._read_fifo(fifo)

@@ -414,6 +414,19 @@ def test_nobody_read_secret(try_one_bin, nobody_setup):
 
 
 @requires("root")
+def test_nobody_supervisor_answers_opens_natively(try_one_bin, nobody_setup):
+    """As a normal user the native responder must still read the sandbox's
+    memory (process_vm_readv); otherwise every open silently falls back to Python."""
+    home, work = nobody_setup
+    out, r = _as_nobody(try_one_bin, "read", "/usr/include/stdio.h", home=home, work=work)
+    assert out["ok"], out
+    supervision = r.report["supervision"]
+    if supervision["responder"] != "native" and os.environ.get("PIPGUARD_REQUIRE_ALL_LAYERS") != "1":
+        pytest.skip("pipguard._responder is not built")
+    assert supervision["responder"] == "native" and supervision["answered_natively"] >= 1, supervision
+
+
+@requires("root")
 def test_nobody_write_outside(try_one_bin, nobody_setup):
     home, work = nobody_setup
     out, r = _as_nobody(try_one_bin, "write", home.bashrc, home=home, work=work)

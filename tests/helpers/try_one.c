@@ -3,6 +3,7 @@
  *   try_one ACTION [ARG...]
  *     read PATH | write PATH | connect-tcp HOST PORT | sendto-udp HOST PORT | unix-connect PATH
  *     socket-unix | ptrace-traceme | fork | exec PATH | kill PID SIG | io-uring
+ *     read-at DIR NAME (openat through a directory fd) | read-from DIR NAME (chdir, then open)
  *   -> {"action": "read", "ok": false, "errno": 13, "errname": "EACCES"}
  *
  * Exit status 0 whatever the outcome; 2 on a usage error (and for "dns", python helper only).
@@ -63,11 +64,21 @@ static int emit(const char *action, int ok, int err) {
     return 0;
 }
 
+/* read one byte from what open() returned (-1 with errno set: report that) */
+static int read_one(const char *a, int fd) {
+    if (fd < 0) return emit(a, 0, errno);
+    char c;
+    ssize_t n = read(fd, &c, 1);
+    int e = errno;
+    close(fd);
+    return emit(a, n >= 0, e);
+}
+
 static int usage(const char *msg) {
     fprintf(stderr, "try_one: %s\nusage: try_one ACTION [ARG...]\n"
             "  read PATH | write PATH | connect-tcp HOST PORT | sendto-udp HOST PORT |\n"
             "  unix-connect PATH | socket-unix | ptrace-traceme | fork | exec PATH |\n"
-            "  kill PID SIG | io-uring\n", msg);
+            "  kill PID SIG | io-uring | read-at DIR NAME | read-from DIR NAME\n", msg);
     return 2;
 }
 
@@ -90,12 +101,23 @@ int main(int argc, char **argv) {
     if (!strcmp(a, "read")) {
         NEED(1);
         int fd = open(argv[2], O_RDONLY | O_CLOEXEC);
-        if (fd < 0) return emit(a, 0, errno);
-        char c;
-        ssize_t n = read(fd, &c, 1);
-        int e = errno;
-        close(fd);
-        return emit(a, n >= 0, e);
+        return read_one(a, fd);
+    }
+    if (!strcmp(a, "read-at") || !strcmp(a, "read-from")) {
+        NEED(2);
+        int fd;
+        if (!strcmp(a, "read-from")) {
+            if (chdir(argv[2]) < 0) return emit(a, 0, errno);
+            fd = open(argv[3], O_RDONLY | O_CLOEXEC);
+        } else {
+            int dirfd = open(argv[2], O_PATH | O_DIRECTORY | O_CLOEXEC);
+            if (dirfd < 0) return emit(a, 0, errno);
+            fd = openat(dirfd, argv[3], O_RDONLY | O_CLOEXEC);
+            int e = errno;
+            close(dirfd);
+            errno = e;
+        }
+        return read_one(a, fd);
     }
     if (!strcmp(a, "write")) {
         NEED(1);

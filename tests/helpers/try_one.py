@@ -22,10 +22,10 @@ import sys
 USAGE = ("usage: try_one.py ACTION [ARG...]\n"
          "  read PATH | write PATH | connect-tcp HOST PORT | sendto-udp HOST PORT |\n"
          "  unix-connect PATH | socket-unix | ptrace-traceme | fork | exec PATH |\n"
-         "  kill PID SIG | dns NAME | io-uring\n")
+         "  kill PID SIG | dns NAME | io-uring | read-at DIR NAME | read-from DIR NAME\n")
 NARGS = {"read": 1, "write": 1, "connect-tcp": 2, "sendto-udp": 2, "unix-connect": 1,
          "socket-unix": 0, "ptrace-traceme": 0, "fork": 0, "exec": 1, "kill": 2, "dns": 1,
-         "io-uring": 0}
+         "io-uring": 0, "read-at": 2, "read-from": 2}
 SYS_IO_URING_SETUP = 425  # same number on x86_64 and aarch64
 PTRACE_TRACEME = 0
 
@@ -51,6 +51,21 @@ def act(action, args):
     """Do the action; return on success, raise OSError (or socket.gaierror) on failure."""
     if action == "read":
         fd = os.open(args[0], os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.read(fd, 1)
+        finally:
+            os.close(fd)
+    elif action in ("read-at", "read-from"):
+        # NAME relative to DIR: through a directory fd, or after chdir(DIR)
+        if action == "read-from":
+            os.chdir(args[0])
+            fd = os.open(args[1], os.O_RDONLY | os.O_CLOEXEC)
+        else:
+            dirfd = os.open(args[0], os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                fd = os.open(args[1], os.O_RDONLY | os.O_CLOEXEC, dir_fd=dirfd)
+            finally:
+                os.close(dirfd)
         try:
             os.read(fd, 1)
         finally:
