@@ -20,6 +20,30 @@ from pipguard.oslayer import OsLayerSpec
 from pipguard.policy import Policy
 
 HOOK_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_hook")
+HOOK_FILES = ("sitecustomize.py", "_pipguard_hook.py", "_pipguard_boot.py")
+
+
+def precompile_hook() -> None:
+    """Write the hook's bytecode for this interpreter where it is missing or
+    stale. Sandboxed Pythons import the hook from HOOK_DIR, which they may not
+    write: without this, each would compile it again and try (and fail, with a
+    blocked write in the report) to cache it. pip compiles it at install time;
+    editable installs and fresh checkouts have no cache yet."""
+    import importlib.util
+    import py_compile
+
+    for name in HOOK_FILES:
+        source = os.path.join(HOOK_DIR, name)
+        try:
+            cached = os.stat(importlib.util.cache_from_source(source)).st_mtime
+            if cached >= os.stat(source).st_mtime:
+                continue
+        except OSError:
+            pass
+        try:
+            py_compile.compile(source, doraise=True)
+        except (OSError, py_compile.PyCompileError):
+            pass  # a read-only install: sandboxed Pythons compile it in memory
 
 # Variables a build needs and that carry no credentials. Everything else is
 # removed (names listed in the report) unless --keep-env names it.

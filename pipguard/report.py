@@ -24,8 +24,9 @@ BLOCKED = "blocked"
 ALLOWED = "allowed"
 #: Blocked, reported, but not a finding: refusals that ordinary tools trigger
 #: (urllib3 probes IPv6 by binding ::1 port 0; glibc tries the nscd socket on user
-#: lookups). They do not make the verdict.
-INFORMATIONAL_RULES = frozenset(("loopback-bind", "nscd-probe"))
+#: lookups; a Python of another version tries to cache pipguard's hook bytecode).
+#: They do not make the verdict.
+INFORMATIONAL_RULES = frozenset(("loopback-bind", "nscd-probe", "hook-bytecode"))
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import Callable, Mapping, Optional, Sequence
 import pipguard
 from pipguard import exitcodes, files
 from pipguard.errors import PipguardError
-from pipguard.plan import Plan, cleanup, make_plan
+from pipguard.plan import Plan, cleanup, make_plan, precompile_hook
 from pipguard.policy import Policy
 from pipguard.report import Event, LayerStatus, ProcessRecord, Report
 
@@ -73,6 +73,7 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
             proxy.__exit__(None, None, None)
         raise
     started_at = time.time()
+    precompile_hook()
     try:
         roots = [r for r in plan.write_roots if record_build_dir or r != plan.cwd]
         before = files.snapshot(roots)

@@ -22,7 +22,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 from pipguard import notify
 from pipguard.launcher import Started
-from pipguard.plan import Plan
+from pipguard.plan import HOOK_DIR, Plan
 from pipguard.policy import Policy
 from pipguard.report import ALLOWED, BLOCKED, Event, NetworkAttempt, ProcessRecord
 
@@ -41,6 +41,7 @@ _FAIL_CLOSED = frozenset(("connect", "bind", "sendto", "sendmsg", "sendmmsg", "s
                           "open", "openat", "openat2", "creat"))
 _NSCD_SOCKET_TYPE = socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC
 _SCAN_INTERVAL = 0.05
+_HOOK_CACHE = os.path.join(HOOK_DIR, "__pycache__") + "/"
 
 # One source of truth for what counts as a credential or startup file: the
 # hook's own lists (importing the module has no side effects; install() does).
@@ -670,8 +671,11 @@ class Supervisor:
                     pass
                 else:
                     return 0
-            self.add_event("file-write", BLOCKED, "supervisor", note.pid, path,
-                           "write-outside-roots", detail)
+            # An interpreter of another version caching pipguard's own hook
+            # (plan.precompile_hook covers only pipguard's interpreter): refused
+            # like any write outside the roots, but it says nothing about the package.
+            why = "hook-bytecode" if path.startswith(_HOOK_CACHE) else "write-outside-roots"
+            self.add_event("file-write", BLOCKED, "supervisor", note.pid, path, why, detail)
             return errno.EACCES
         rule = None
         if self._proc_other(path, note.pid):
