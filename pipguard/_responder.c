@@ -28,6 +28,7 @@
 #include <linux/seccomp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -343,7 +344,14 @@ static PyObject *start(PyObject *self, PyObject *args, PyObject *kwargs)
         destroy(r);
         return PyErr_SetFromErrno(PyExc_OSError);
     }
+    /* The thread inherits a mask blocking every signal: SIGINT/SIGTERM must
+     * reach the main thread, whose epoll they interrupt (Python's handlers run
+     * there); delivered here, Ctrl-C would wait for the next event. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
     int err = pthread_create(&r->thread, NULL, responder_main, r);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (err) {
         destroy(r);
         errno = err;
