@@ -11,24 +11,40 @@ not a boundary on its own (CPython's docs say so; ctypes and native code walk
 past it) — the OS layer is. What it adds is attribution to Python code.
 
 Tamper resistance, and its limits:
-- all state lives in an immutable tuple bound as a *default argument* of the
-  hook (a frame's ``f_locals`` cannot rebind it; there are no closure cells);
-- no module globals are read at event time; the standard-library functions it
-  needs (``os.lstat``, ``os.readlink``...) are captured when it is installed,
-  so monkeypatching ``os``/``posixpath`` later changes nothing;
+- the hook and its file-event path keep their state in *default arguments*
+  (a frame's ``f_locals`` cannot rebind them; reading ``__defaults__`` is
+  vetoed); the hook deletes its locals before it raises, so the traceback of
+  a denial leads to none of its helpers (whose closure cells are writable);
+- no module globals are read at event time and builtins are a private copy;
+  the standard-library functions it needs (``os.lstat``, ``os.readlink``...)
+  are captured when it is installed, so monkeypatching ``os``/``posixpath``/
+  ``builtins`` later changes nothing; str/bytes subclasses are copied to
+  plain strings before any method of theirs runs;
 - this module removes itself from ``sys.modules``;
 - replacing the code or defaults of its functions, and the ``gc``
   introspection that would find them, are vetoed and reported.
-Residual: code that walks a traceback into the hook's frame can disturb the
-*reporting* state (the FIFO descriptor), not the policy; ctypes can do
+Residual: code that runs *inside* the hook (an ``__fspath__``, a later audit
+hook, ``sys.monitoring`` callbacks) can reach its live frames; ctypes can do
 anything in-process. Both are contained by the OS layer.
+
+Speed: resolving a path costs one ``lstat`` per component. Directories and
+files already resolved are remembered by their string together with their
+(st_dev, st_ino); a later use re-validates that identity with one
+``stat``/``lstat``, so a path whose meaning changed (a symlink swapped in) is
+resolved again. A directory keeps its inode while it lives, so the only way
+to fool this is to move or recreate one at a different place; renames and
+removals made through Python drop the caches.
 """
 
 import os
 import sys
 
+# Private builtins: functions defined below look isinstance, len... up here.
+globals()["__builtins__"] = dict(vars(sys.modules["builtins"]))
+
 ENV_CONFIG = "PIPGUARD_HOOK"
 _PIPE_BUF = 4000  # keep each event line below PIPE_BUF so writes are atomic
+_CACHE_MAX = 4096  # entries per resolution cache; cleared when full
 
 # Audit events this hook cares about; every other event returns at once.
 _FILE_EVENTS = frozenset(
@@ -85,27 +101,41 @@ _PYTHON_NAMES = ("python", "pypy")
 _PY_OPT_WITH_VALUE = frozenset("WXQ")
 
 
-def _make_hook(config):
+def _make_hook(config, dumps=None):
     """Build the hook and its immutable state from the decoded config."""
-    import json as _json
-    import stat as _stat
-    import time as _time
     import _thread
+    from time import time as now
 
     # Everything the hook uses at event time is bound here, once: later
     # changes to this module's globals or to os/posixpath change nothing.
-    lstat, readlink, getcwd, fspath = os.lstat, os.readlink, os.getcwd, os.fspath
-    fsencode = os.fsencode
+    lstat, stat, readlink, getcwd, fspath = os.lstat, os.stat, os.readlink, os.getcwd, os.fspath
     O_WRONLY, O_RDWR, O_CREAT, O_TRUNC, O_APPEND, O_CLOEXEC = (
         os.O_WRONLY, os.O_RDWR, os.O_CREAT, os.O_TRUNC, os.O_APPEND, os.O_CLOEXEC)
     PIPE_BUF, CREDENTIAL_PATHS, SYSTEM_SECRETS = _PIPE_BUF, _CREDENTIAL_PATHS, _SYSTEM_SECRETS
-    PERSISTENCE_PATHS = _PERSISTENCE_PATHS
+    PERSISTENCE_PATHS, CACHE_MAX = _PERSISTENCE_PATHS, _CACHE_MAX
     PROC_PRIVATE, PYTHON_NAMES, PY_OPT_WITH_VALUE = _PROC_PRIVATE, _PYTHON_NAMES, _PY_OPT_WITH_VALUE
     CONFIG_NAME, is_numeric, Denied = ENV_CONFIG, _is_numeric, PermissionError
     os_write, os_open, getpid, getppid = os.write, os.open, os.getpid, os.getppid
-    fsdecode, s_islnk, now = os.fsdecode, _stat.S_ISLNK, _time.time
-    getframe, dumps = sys._getframe, _json.dumps
+    fs_encoding, fs_errors = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
+    getframe = sys._getframe
     allocate_lock = _thread.allocate_lock
+    if dumps is None:
+        dumps = _json_codec()[1]
+
+    # os.fsdecode/fsencode look os.fspath up at call time: these do not.
+    def fsdecode(value, _fspath=fspath, _decode=bytes.decode, _enc=fs_encoding, _err=fs_errors):
+        value = _fspath(value)
+        return _decode(value, _enc, _err) if isinstance(value, bytes) else value
+
+    def fsencode(value, _fspath=fspath, _encode=str.encode, _enc=fs_encoding, _err=fs_errors):
+        value = _fspath(value)
+        return _encode(value, _enc, _err) if isinstance(value, str) else value
+
+    def plain(value, _join="".join):
+        """A str subclass copied to a str (its methods are the program's)."""
+        if type(value) is str:
+            return value
+        return _join((value,)) if isinstance(value, str) else str(value)
 
     def norm_roots(paths):
         return tuple(sorted({p.rstrip("/") or "/" for p in paths}))
@@ -132,18 +162,75 @@ def _make_hook(config):
     channel = [None]
     lock = allocate_lock()
 
+    # The policy's path sets, precomputed so that a check is a few set
+    # lookups and str.startswith(tuple) calls. "under(path, roots)" is
+    # ``path in exact or path.startswith(prefixes) or everything``.
+    def roots_sets(roots):
+        return frozenset(roots), tuple(r + "/" for r in roots), "/" in roots
+
+    cred_names, pers_names = frozenset(CREDENTIAL_PATHS), frozenset(PERSISTENCE_PATHS)
+    secret_set, secret_under = frozenset(SYSTEM_SECRETS), tuple(s + "/" for s in SYSTEM_SECRETS)
+    home_set, home_under, home_all = roots_sets(homes)
+    rw_set, rw_under, rw_all = roots_sets(read_roots + write_roots)
+    w_set, w_under, w_all = roots_sets(write_roots)
+
+    def in_homes(path, names, _homes=tuple(h + "/" for h in homes + ((sandbox_home,) if sandbox_home else ())),
+                 _heads=frozenset(n.split("/")[0] for n in CREDENTIAL_PATHS + PERSISTENCE_PATHS if "/" in n),
+                 _depth=max(n.count("/") for n in CREDENTIAL_PATHS + PERSISTENCE_PATHS)):
+        """Is path one of ``names`` (or below one) relative to a home?"""
+        if not path.startswith(_homes):
+            return False
+        for home in _homes:
+            if path.startswith(home):
+                rel = path[len(home):]
+                end = rel.find("/")
+                if end < 0:
+                    if rel in names:
+                        return True
+                    continue
+                head = rel[:end]
+                if head in names:
+                    return True
+                if head not in _heads:  # the first component of a longer name?
+                    continue
+                for _ in range(_depth):
+                    end = rel.find("/", end + 1)
+                    head = rel if end < 0 else rel[:end]
+                    if head in names:
+                        return True
+                    if end < 0:
+                        break
+        return False
+
     def under(path, roots):
         for root in roots:
             if path == root or path.startswith(root + "/") or root == "/":
                 return True
         return False
 
-    def resolve(path, cwd=None, follow_last=True):
+    def as_text(path, _fspath=fspath, _decode=bytes.decode, _join="".join, _enc=fs_encoding,
+                _err=fs_errors):
+        """``path`` as a plain str: bytes decoded as os.fsdecode does, a str
+        subclass copied so that none of its methods runs in the checks."""
+        kind = type(path)
+        if kind is str:
+            return path
+        if kind is not bytes:
+            path = _fspath(path)
+            kind = type(path)
+            if kind is str:
+                return path
+            if issubclass(kind, str):
+                return _join((path,))
+        return _decode(path, _enc, _err)
+
+    def resolve(path, cwd=None, follow_last=True, _lstat=lstat, _readlink=readlink,
+                _getcwd=getcwd, _text=as_text):
         """Physical absolute path, resolved with captured primitives only."""
-        if isinstance(path, bytes):
-            path = fsdecode(path)
+        if type(path) is not str:
+            path = _text(path)
         if not path.startswith("/"):
-            path = (cwd or getcwd()) + "/" + path
+            path = (cwd or _getcwd()) + "/" + path
         parts = path.split("/")
         done = ""
         hops = 0
@@ -161,7 +248,7 @@ def _make_hook(config):
                 done = candidate
                 break
             try:
-                st = lstat(candidate)
+                st = _lstat(candidate)
             except OSError:
                 done = candidate
                 rest = [p for p in todo if p]
@@ -172,12 +259,12 @@ def _make_hook(config):
                     elif p != ".":
                         done = done + "/" + p
                 break
-            if s_islnk(st.st_mode):
+            if st.st_mode & 0o170000 == 0o120000:  # S_ISLNK
                 hops += 1
                 if hops > 40:
                     return candidate
                 try:
-                    target = readlink(candidate)
+                    target = _readlink(candidate)
                 except OSError:
                     done = candidate
                     continue
@@ -193,6 +280,146 @@ def _make_hook(config):
                 continue
             done = candidate
         return done or "/"
+
+    # Resolution caches: path string as the program gave it (absolute or
+    # relative to the cwd) -> (st_ino, st_dev, physical path). A hit counts
+    # only if the path still leads to that inode (stat for directories,
+    # lstat and one link for files); see the module docstring.
+    files, dirs = {}, {}
+
+    def locate_dir(path, _dirs=dirs, _stat=stat, _lstat=lstat, _getcwd=getcwd,
+                   _resolve=resolve, _max=CACHE_MAX):
+        """Physical path of the directory ``path``, or None (caller falls back
+        to resolve()): the deepest cached ancestor still valid, then one
+        lstat per component below it."""
+        pending = []
+        while True:
+            hit = _dirs.get(path)
+            if hit is not None:
+                try:
+                    st = _stat(path)
+                except OSError:
+                    st = None
+                if st is not None and st.st_ino == hit[0] and st.st_dev == hit[1]:
+                    base = hit[2]
+                    break
+                _dirs.pop(path, None)
+            if path == "/":
+                base = "/"
+                break
+            if path == ".":
+                try:
+                    base = _getcwd()
+                    st = _lstat(base)
+                except OSError:
+                    return None
+                if not base.startswith("/") or st.st_mode & 0o170000 != 0o040000:
+                    return None
+                if len(_dirs) >= _max:
+                    _dirs.clear()
+                _dirs["."] = (st.st_ino, st.st_dev, base)
+                break
+            cut = path.rfind("/")
+            if cut > 0:
+                parent, name = path[:cut], path[cut + 1:]
+            elif cut == 0:
+                parent, name = "/", path[1:]
+            else:
+                parent, name = ".", path
+            if not name or name == "." or name == ".." or len(pending) > 64:
+                return None
+            pending.append((path, name))
+            path = parent
+        while pending:
+            path, name = pending.pop()
+            target = base + "/" + name if base != "/" else "/" + name
+            try:
+                st = _lstat(target)
+            except OSError:
+                return None
+            if st.st_mode & 0o170000 == 0o120000:
+                target = _resolve(path)  # a symlinked directory (/proc/self, lib64): once
+                try:
+                    st = _lstat(target)
+                except OSError:
+                    return None
+            if st.st_mode & 0o170000 != 0o040000:
+                return None
+            if len(_dirs) >= _max:
+                _dirs.clear()
+            _dirs[path] = (st.st_ino, st.st_dev, target)
+            base = target
+        return base
+
+    def locate(path, follow=True, _files=files, _dirs=dirs, _stat=stat, _lstat=lstat,
+               _dir=locate_dir, _resolve=resolve, _max=CACHE_MAX):
+        """``resolve(path, follow_last=follow)`` for a str, in one or two
+        system calls when the caches know the path or its directory."""
+        if follow:
+            hit = _files.get(path)
+            if hit is not None:
+                try:
+                    st = _lstat(path)
+                except OSError:
+                    st = None
+                # one link only: a second name elsewhere could lead here too
+                if (st is not None and st.st_ino == hit[0] and st.st_dev == hit[1]
+                        and st.st_nlink == 1 and st.st_mode & 0o170000 == 0o100000):
+                    return hit[2]
+                _files.pop(path, None)
+            hit = _dirs.get(path)
+            if hit is not None:
+                try:
+                    st = _stat(path)
+                except OSError:
+                    st = None
+                if st is not None and st.st_ino == hit[0] and st.st_dev == hit[1]:
+                    return hit[2]
+                _dirs.pop(path, None)
+        cut = path.rfind("/")
+        if cut > 0:
+            parent, name = path[:cut], path[cut + 1:]
+        elif cut == 0:
+            parent, name = "/", path[1:]
+        else:
+            parent, name = ".", path
+        if not name or name == "." or name == "..":
+            return _resolve(path, None, follow)
+        base = None
+        hit = _dirs.get(parent)  # the common case of locate_dir(), inline
+        if hit is not None:
+            try:
+                st = _stat(parent)
+            except OSError:
+                st = None
+            if st is not None and st.st_ino == hit[0] and st.st_dev == hit[1]:
+                base = hit[2]
+            else:
+                _dirs.pop(parent, None)
+        if base is None:
+            base = _dir(parent)
+        if base is None:
+            return _resolve(path, None, follow)
+        full = base + "/" + name if base != "/" else "/" + name
+        if not follow:
+            return full
+        try:
+            st = _lstat(full)
+        except OSError:
+            return full  # as resolve(): a missing last component is kept as is
+        kind = st.st_mode & 0o170000
+        if kind == 0o120000:
+            return _resolve(path)
+        if kind == 0o100000:
+            if st.st_nlink == 1 and not full.startswith("/proc/"):
+                if len(_files) >= _max:
+                    _files.clear()
+                _files[path] = (st.st_ino, st.st_dev, full)
+        elif kind == 0o040000:
+            if len(_dirs) >= _max:
+                _dirs.clear()
+            _dirs[path] = (st.st_ino, st.st_dev, full)
+        return full
 
     def python_frame():
         try:
@@ -220,11 +447,11 @@ def _make_hook(config):
             "pid": getpid(), "ppid": getppid(), "time": now(), "layer": "audit",
             "python": python_frame(), "detail": detail or {},
         }
-        line = dumps(record, default=str)
+        line = dumps(record)
         if len(line) > PIPE_BUF:
             record["target"] = target[:512]
             record["detail"] = {"truncated": True}
-            line = dumps(record, default=str)[:PIPE_BUF]
+            line = dumps(record)[:PIPE_BUF]
         data = (line + "\n").encode("utf-8", "replace")
         with lock:
             if channel[0] is None:
@@ -244,156 +471,209 @@ def _make_hook(config):
         emit(kind, "blocked", target, rule, detail)
         return "pipguard blocked %s of %s (rule %s): %s" % (kind, target, rule, why)
 
-    def in_homes(path, names):
-        for home in homes + ((sandbox_home,) if sandbox_home else ()):
-            if path.startswith(home + "/"):
-                rel = path[len(home) + 1:]
-                for name in names:
-                    if rel == name or rel.startswith(name + "/"):
-                        return True
-        return False
-
-    def credential(path):
-        if in_homes(path, CREDENTIAL_PATHS):
-            return True
-        for secret in SYSTEM_SECRETS:
-            if path == secret or path.startswith(secret + "/"):
-                return not under(path, read_roots + write_roots)
-        return False
-
-    def proc_other(path):
-        if not path.startswith("/proc/"):
-            return False
+    def proc_other(path, _getpid=getpid, _private=PROC_PRIVATE):
         parts = path.split("/")
         if len(parts) < 4 or not parts[2].isdigit():
             return False
-        if int(parts[2]) == getpid():
+        if int(parts[2]) == _getpid():
             return False
         if parts[3] == "task" and len(parts) > 5:
-            return parts[5] in PROC_PRIVATE
-        return parts[3] in PROC_PRIVATE
+            return parts[5] in _private
+        return parts[3] in _private
 
-    def check_read(path):
-        if proc_other(path):
-            return deny("file-read", path, "proc-other-process",
-                        "reading another process's private /proc files")
-        if credential(path):
-            return deny("file-read", path, "secret-read", "this is a credential location")
-        if under(path, homes) and not under(path, read_roots + write_roots):
-            return deny("file-read", path, "home-read",
-                        "home directories are not readable in the sandbox")
+    def read_rule(path, _proc_other=proc_other, _in_homes=in_homes, _cred=cred_names,
+                  _secret=secret_set, _secret_under=secret_under, _home=home_set,
+                  _home_under=home_under, _home_all=home_all, _rw=rw_set, _rw_under=rw_under,
+                  _rw_all=rw_all):
+        """The rule a read of this physical path breaks, or None."""
+        if path.startswith("/proc/") and _proc_other(path):
+            return "proc-other-process"
+        if _in_homes(path, _cred):
+            return "secret-read"
+        secret = path in _secret or path.startswith(_secret_under)
+        if (secret or _home_all or path in _home or path.startswith(_home_under)) and not (
+                _rw_all or path in _rw or path.startswith(_rw_under)):
+            return "secret-read" if secret else "home-read"
         return None
 
-    def persistence(path):
-        return in_homes(path, PERSISTENCE_PATHS)
-
-    def check_write(path):
-        if persistence(path):
-            return deny("file-write", path, "persistence",
-                        "startup and configuration files of a home directory are off limits")
-        if path in write_files or under(path, write_roots):
-            if credential(path) and not path.startswith(sandbox_home + "/"):
-                return deny("file-write", path, "secret-write", "this is a credential location")
+    def write_rule(path, _in_homes=in_homes, _pers=pers_names, _write_files=write_files,
+                   _w=w_set, _w_under=w_under, _w_all=w_all, _cred=cred_names,
+                   _secret=secret_set, _secret_under=secret_under, _rw=rw_set,
+                   _rw_under=rw_under, _rw_all=rw_all, _own_home=sandbox_home + "/",
+                   _special=("pipe:", "socket:", "anon_inode:", "/dev/pts/"),
+                   _devices=frozenset(("/dev/null", "/dev/tty", "/dev/zero", "/dev/full",
+                                       "/dev/stdout", "/dev/stderr"))):
+        """The rule a write to this physical path breaks, or None."""
+        if _in_homes(path, _pers):
+            return "persistence"
+        if path in _write_files or _w_all or path in _w or path.startswith(_w_under):
+            credential = _in_homes(path, _cred) or (
+                (path in _secret or path.startswith(_secret_under))
+                and not (_rw_all or path in _rw or path.startswith(_rw_under)))
+            if credential and not path.startswith(_own_home):
+                return "secret-write"
             return None
-        if path.startswith(("pipe:", "socket:", "anon_inode:", "/dev/pts/")) or path in (
-            "/dev/null", "/dev/tty", "/dev/zero", "/dev/full", "/dev/stdout", "/dev/stderr"
-        ):
+        if path.startswith(_special) or path in _devices:
             return None
-        return deny("file-write", path, "write-outside-roots",
-                    "writes are allowed only in the build dir and the sandbox temp dir")
+        return "write-outside-roots"
 
-    def fd_path(fd):
+    # Every rule compares a path with a fixed set of paths (equal, or below).
+    # A directory that is no strict ancestor of any of them gives all its
+    # entries the same verdict: it can be remembered per directory.
+    def strict_ancestors(path):
+        cut = path.find("/", 1)
+        while cut > 0:
+            yield path[:cut]
+            cut = path.find("/", cut + 1)
+
+    ancestors = {"/"}
+    for p in homes + read_roots + write_roots + SYSTEM_SECRETS + tuple(write_files) + (
+            "/proc", "/dev/pts", "/dev/null", "/dev/tty", "/dev/zero", "/dev/full", "/dev/stdout",
+            "/dev/stderr"):
+        ancestors.update(strict_ancestors(p))
+    heads = {head for name in CREDENTIAL_PATHS + PERSISTENCE_PATHS for head in strict_ancestors("/" + name)}
+    for home in homes + ((sandbox_home,) if sandbox_home else ()):  # home + "/" + a name
+        ancestors.update(strict_ancestors(home))
+        ancestors.add(home)
+        ancestors.update(home + head for head in heads)
+    ancestors = frozenset(ancestors)
+    readable, read_dirs, write_dirs = set(), set(), set()  # allowed physical paths/directories
+
+    def remember(path, paths, dirs, _ancestors=ancestors, _max=CACHE_MAX):
+        if path.startswith("/proc"):  # those depend on getpid()
+            return
+        if len(paths) >= _max:
+            paths.clear()
+        paths.add(path)
+        cut = path.rfind("/")
+        if cut > 0 and path[:cut] not in _ancestors:
+            if len(dirs) >= _max:
+                dirs.clear()
+            dirs.add(path[:cut])
+
+    messages = {
+        "proc-other-process": "reading another process's private /proc files",
+        "secret-read": "this is a credential location", "secret-write": "this is a credential location",
+        "home-read": "home directories are not readable in the sandbox",
+        "persistence": "startup and configuration files of a home directory are off limits",
+        "write-outside-roots": "writes are allowed only in the build dir and the sandbox temp dir",
+    }
+
+    def make_check(kind, paths, dirs, rule_of):
+        # one checker per access kind; its state is bound as defaults (hot path)
+        def check(path, _paths=paths, _dirs=dirs, _rule=rule_of, _kind=kind, _remember=remember,
+                  _deny=deny, _messages=messages):
+            cut = path.rfind("/")
+            if path in _paths or cut > 0 and path[:cut] in _dirs:
+                return None
+            rule = _rule(path)
+            if rule is None:
+                _remember(path, _paths, _dirs)
+                return None
+            return _deny(_kind, path, rule, _messages[rule])
+        check.__name__ = check.__qualname__ = "check_" + kind[len("file-"):]
+        return check
+
+    check_read = make_check("file-read", readable, read_dirs, read_rule)
+    check_write = make_check("file-write", set(), write_dirs, write_rule)
+
+    def fd_path(fd, _readlink=readlink):
         try:
-            return readlink("/proc/self/fd/%d" % fd)
+            return _readlink("/proc/self/fd/%d" % fd)
         except OSError:
             return "<fd %d>" % fd
 
-    def on_open(args):
+    def on_open(args, _text=as_text, _locate=locate, _read=check_read, _write=check_write,
+                _write_flags=O_WRONLY | O_RDWR | O_CREAT | O_TRUNC | O_APPEND):
         path, mode, flags = args[0], args[1], args[2]
-        if path is None:
-            return None
-        if isinstance(path, int):
-            return None  # os.fdopen/open(fd): the fd was checked when opened
-        try:
-            path = fspath(path)
-        except TypeError:
-            return None
-        writing = False
-        if mode is not None:
-            writing = any(c in mode for c in "wax+")
-        elif flags is not None and flags >= 0:
-            writing = bool(flags & (O_WRONLY | O_RDWR | O_CREAT | O_TRUNC | O_APPEND))
-        full = resolve(path)
-        if writing:
-            return check_write(full)
-        return check_read(full)
-
-    def two_paths(src, dst, src_fd, dst_fd, follow_src=False):
-        src_fd = None if src_fd is None or src_fd < 0 else src_fd
-        dst_fd = None if dst_fd is None or dst_fd < 0 else dst_fd
-        a = resolve(fspath(src) if src_fd is None else "/proc/self/fd/%d/%s" % (src_fd, fsdecode(fspath(src))), follow_last=follow_src)
-        b = resolve(fspath(dst) if dst_fd is None else "/proc/self/fd/%d/%s" % (dst_fd, fsdecode(fspath(dst))), follow_last=False)
-        return a, b
-
-    def at(path, dir_fd, follow=True):
-        if not isinstance(dir_fd, int) or dir_fd < 0:
-            dir_fd = None  # audit events pass -1 for "no dir_fd"
-        if isinstance(path, int):
-            return fd_path(path)
-        path = fspath(path)
-        if dir_fd is not None and not (path.startswith(b"/" if isinstance(path, bytes) else "/")):
-            path = "/proc/self/fd/%d/%s" % (dir_fd, fsdecode(path))
-        return resolve(path, follow_last=follow)
-
-    def on_file(event, args):
-        if event == "open":
-            return on_open(args)
-        if event in ("os.listdir", "os.scandir"):
-            path = args[0]
-            if path is None or isinstance(path, int):
+        if type(path) is not str:
+            if path is None or issubclass(type(path), int):  # not isinstance: __class__ can lie
+                return None  # os.fdopen/open(fd): the fd was checked when opened
+            try:
+                path = _text(path)
+            except TypeError:
                 return None
-            return check_read(resolve(fspath(path)))
-        if event == "os.rename":
-            src, dst = two_paths(args[0], args[1], args[2], args[3])
-            return check_write(src) or check_write(dst)
-        if event == "os.link":
-            src, dst = two_paths(args[0], args[1], args[2], args[3], follow_src=True)
-            return check_read(src) or check_write(dst)
-        if event == "os.symlink":
-            return check_write(at(args[1], args[2], follow=False))
-        if event in ("os.mkdir", "os.rmdir", "os.remove"):
-            dir_fd = args[2] if event == "os.mkdir" else args[1]
-            return check_write(at(args[0], dir_fd, follow=False))
-        if event in ("os.chmod", "os.chown", "os.utime"):
-            return check_write(at(args[0], args[-1] if event != "os.utime" else args[-1]))
-        if event == "os.truncate":
-            return check_write(at(args[0], None))
-        if event == "sqlite3.connect":
+        if mode is not None:
+            writing = mode != "r" and mode != "rb" and (
+                "w" in mode or "a" in mode or "x" in mode or "+" in mode)
+        else:
+            writing = flags is not None and flags >= 0 and flags & _write_flags != 0
+        if writing:
+            return _write(_locate(path))
+        return _read(_locate(path))
+
+    def at(path, dir_fd, follow=True, _text=as_text, _locate=locate, _fd_path=fd_path):
+        """The path an *at() call acts on; dir_fd counts for relative paths only."""
+        if not issubclass(type(dir_fd), int) or dir_fd < 0:
+            dir_fd = None  # audit events pass -1 for "no dir_fd"
+        if issubclass(type(path), int):
+            return _fd_path(path)
+        path = _text(path)
+        if dir_fd is not None and not path.startswith("/"):
+            path = "/proc/self/fd/%d/%s" % (dir_fd, path)
+        return _locate(path, follow)
+
+    def on_file(event, args, _text=as_text, _locate=locate, _at=at, _read=check_read,
+                _write=check_write, _files=files, _dirs=dirs):
+        if event == "os.listdir" or event == "os.scandir":
             path = args[0]
-            if isinstance(path, (str, bytes)) and path not in (":memory:", b":memory:", "", b""):
-                return check_read(resolve(fspath(path)))
+            if path is None or issubclass(type(path), int):
+                return None
+            return _read(_locate(_text(path)))
+        if event == "os.rename":
+            problem = _write(_at(args[0], args[2], False)) or _write(_at(args[1], args[3], False))
+            # A moved file or directory keeps its inode: forget what was cached.
+            _files.clear()
+            _dirs.clear()
+            return problem
+        if event == "os.link":
+            return _read(_at(args[0], args[2])) or _write(_at(args[1], args[3], False))
+        if event == "os.symlink":
+            return _write(_at(args[1], args[2], False))
+        if event == "os.mkdir":
+            return _write(_at(args[0], args[2], False))
+        if event == "os.remove" or event == "os.rmdir":
+            problem = _write(_at(args[0], args[1], False))
+            # A freed inode number can come back elsewhere: forget it.
+            _files.clear()
+            if event == "os.rmdir":
+                _dirs.clear()
+            return problem
+        if event == "os.chmod" or event == "os.chown" or event == "os.utime":
+            return _write(_at(args[0], args[-1]))
+        if event == "os.truncate":
+            return _write(_at(args[0], None))
+        if event == "sqlite3.connect":
+            try:
+                path = _text(args[0])
+            except TypeError:
+                return None
+            if path and path != ":memory:":
+                return _read(_locate(path))
             return None
         if event == "shutil.copyfile":
-            return check_read(resolve(fspath(args[0]))) or check_write(resolve(fspath(args[1])))
+            return _read(_locate(_text(args[0]))) or _write(_locate(_text(args[1])))
         if event == "shutil.rmtree":
             path = args[0]
-            if isinstance(path, int):
+            if issubclass(type(path), int):
                 return None
-            return check_write(at(path, args[1] if len(args) > 1 else None, follow=False))
+            return _write(_at(path, args[1] if len(args) > 1 else None, False))
         return None
 
-    def describe_address(address):
-        if isinstance(address, tuple) and len(address) >= 2:
-            return str(address[0]), address[1]
+    def describe_address(address, _items=tuple.__getitem__, _all=slice(None)):
+        if isinstance(address, tuple):
+            address = _items(address, _all)  # a plain copy of a tuple subclass
+            if len(address) >= 2:
+                return plain(address[0]), address[1]
         if isinstance(address, (str, bytes)):
-            text = fsdecode(address) if isinstance(address, bytes) else address
+            text = fsdecode(address) if isinstance(address, bytes) else plain(address)
             return ("@" + text[1:] if text.startswith("\0") else text), None
         return str(address), None
 
     def host_allowed(host, port):
         return host in allow_hosts or ("%s:%s" % (host, port)) in allow_hosts
 
-    def on_net(event, args):
+    def on_net(event, args, _items=tuple.__getitem__):
         if event in ("socket.connect", "socket.sendto", "socket.sendmsg", "socket.bind"):
             sock, address = args[0], args[1]
             if event == "socket.sendmsg" and address is None:
@@ -428,8 +708,8 @@ def _make_hook(config):
         if isinstance(name, bytes):
             name = fsdecode(name)
         if isinstance(name, tuple):
-            name = name[0]
-        name = str(name)
+            name = _items(name, 0)
+        name = plain(name)
         detail = {"protocol": "dns", "address": name, "op": event.split(".")[1]}
         if name in ("localhost", "", "None") or is_numeric(name):
             return None
@@ -452,8 +732,8 @@ def _make_hook(config):
         strip_env = False
         while i < len(argv):
             arg = argv[i]
-            if isinstance(arg, bytes):
-                arg = fsdecode(arg)
+            if type(arg) is not str:
+                arg = plain(fsdecode(arg))
             if arg == "--" or not arg.startswith("-") or arg == "-":
                 break
             if arg.startswith("--"):
@@ -496,9 +776,11 @@ def _make_hook(config):
         if not argv:
             return None
         exe = executable if executable is not None else argv[0]
-        if isinstance(exe, bytes):
-            exe = fsdecode(exe)
-        if not is_python(str(exe)):
+        try:
+            exe = plain(fsdecode(exe))
+        except TypeError:
+            exe = str(exe)
+        if not is_python(exe):
             return None
         where = needs_boot(argv)
         if where is None:
@@ -508,7 +790,7 @@ def _make_hook(config):
             return deny("process", " ".join(map(str, argv))[:200], "unhookable-python",
                         "a Python child started with -I/-E/-S would run without the audit hook")
         if split:
-            arg = argv[index]
+            arg = plain(fsdecode(argv[index]))
             flags, rest = arg[:split], "-" + arg[split:]
             argv[index:index + 1] = [flags, boot_script, rest]
         else:
@@ -583,23 +865,41 @@ def _make_hook(config):
         return _fork_exec_factory(original, subprocess_ok, deny, fsdecode, fsencode,
                                   inject_env, prepare_child, CONFIG_NAME, Denied)
 
-    def hook(event, args, _handled=_ALL_EVENTS, _file=_FILE_EVENTS, _net=_NET_EVENTS,
-             _proc=_PROC_EVENTS, _on_file=on_file, _on_net=on_net, _on_proc=on_proc,
-             _on_tamper=on_tamper, _Denied=Denied):
+    set_context, set_cause = _exception_setters()
+
+    def hook(event, args, _handled=_ALL_EVENTS, _on_open=on_open, _on_file=on_file,
+             _file=_FILE_EVENTS, _net=_NET_EVENTS, _proc=_PROC_EVENTS, _on_net=on_net,
+             _on_proc=on_proc, _on_tamper=on_tamper, _Denied=Denied,
+             _detach=BaseException.with_traceback, _set_context=set_context,
+             _set_cause=set_cause):
         # No free variables and no globals: this frame appears in tracebacks,
         # and rebinding its locals affects nothing after it returns.
         if event not in _handled:
             return
-        if event in _file:
-            problem = _on_file(event, args)
-        elif event in _net:
-            problem = _on_net(event, args)
-        elif event in _proc:
-            problem = _on_proc(event, args)
+        try:
+            if event == "open":
+                problem = _on_open(args)
+            elif event in _file:
+                problem = _on_file(event, args)
+            elif event in _net:
+                problem = _on_net(event, args)
+            elif event in _proc:
+                problem = _on_proc(event, args)
+            else:
+                problem = _on_tamper(event, args)
+        except BaseException as error:
+            failure = _detach(error, None)  # keep the type and message only
+            _set_context(failure, None)
+            _set_cause(failure, None)
         else:
-            problem = _on_tamper(event, args)
-        if problem:
-            raise _Denied(13, problem)
+            if not problem:
+                return
+            failure = _Denied(13, problem)
+        # What is raised keeps this frame in its traceback: nothing left on it
+        # may lead to the helpers (their closure cells and caches are writable).
+        del _handled, _on_open, _on_file, _on_net, _on_proc, _on_tamper, _Denied
+        del _detach, _set_context, _set_cause, args
+        raise failure
 
     class OpenAt(object):
         """``os.open`` that turns openat-style calls into /proc/self/fd/N/PATH:
@@ -648,8 +948,8 @@ def _make_hook(config):
                     addresses = [result]
                 else:
                     addresses = sorted({str(entry[4][0]) for entry in result})
-                if name and addresses and not is_numeric(str(name)):
-                    emit("network", "hint", str(name), "dns-result", {"addresses": addresses[:32]})
+                if name and addresses and not is_numeric(plain(name)):
+                    emit("network", "hint", plain(name), "dns-result", {"addresses": addresses[:32]})
             except Exception:
                 pass  # evidence must never break the program
             return result
@@ -667,42 +967,156 @@ def _fork_exec_factory(original, subprocess_ok, deny, fsdecode, fsencode, inject
 
     def fork_exec(*args, _original=original, _ok=subprocess_ok, _deny=deny, _fsdecode=fsdecode,
                   _fsencode=fsencode, _inject=inject_env, _prepare=prepare_child,
-                  _cfg=config_name, _Denied=Denied):
-        args = list(args)
-        if not _ok:
-            shown = [_fsdecode(a) if isinstance(a, bytes) else str(a) for a in (args[0] or [])]
-            raise _Denied(13, _deny("process", " ".join(shown)[:1000], "subprocess-denied",
-                                    "this sandbox does not allow starting processes",
-                                    {"argv": shown[:64], "event": "_posixsubprocess.fork_exec"}))
-        if args[5] is not None:
-            prefix = _fsencode(_cfg) + b"="
-            env = {}
-            for entry in args[5]:
-                if entry.startswith(b"PYTHONPATH="):
-                    env[b"PYTHONPATH"] = entry[len(b"PYTHONPATH="):]
-            _inject(env)
-            args[5] = [e for e in args[5] if not (e.startswith(b"PYTHONPATH=") or e.startswith(prefix))]
-            args[5] += [k + b"=" + v for k, v in env.items()]
-        if args[0] is not None:
-            argv = list(args[0])
-            problem = _prepare(argv, None, None)
-            if problem:
-                raise _Denied(13, problem)
-            args[0] = [_fsencode(a) if isinstance(a, str) else a for a in argv]
-        return _original(*args)
+                  _cfg=config_name, _Denied=Denied, _detach=BaseException.with_traceback,
+                  _set_context=_exception_setters()[0]):
+        try:
+            args = list(args)
+            failure = None
+            if not _ok:
+                shown = [_fsdecode(a) if isinstance(a, bytes) else str(a) for a in (args[0] or [])]
+                failure = _Denied(13, _deny(
+                    "process", " ".join(shown)[:1000], "subprocess-denied",
+                    "this sandbox does not allow starting processes",
+                    {"argv": shown[:64], "event": "_posixsubprocess.fork_exec"}))
+            else:
+                if args[5] is not None:
+                    prefix = _fsencode(_cfg) + b"="
+                    env = {}
+                    for entry in args[5]:
+                        if entry.startswith(b"PYTHONPATH="):
+                            env[b"PYTHONPATH"] = entry[len(b"PYTHONPATH="):]
+                    _inject(env)
+                    args[5] = [e for e in args[5]
+                               if not (e.startswith(b"PYTHONPATH=") or e.startswith(prefix))]
+                    args[5] += [k + b"=" + v for k, v in env.items()]
+                if args[0] is not None:
+                    argv = list(args[0])
+                    problem = _prepare(argv, None, None)
+                    if problem:
+                        failure = _Denied(13, problem)
+                    else:
+                        args[0] = [_fsencode(a) if isinstance(a, str) else a for a in argv]
+            if failure is None:
+                return _original(*args)
+        except BaseException as error:
+            failure = _detach(error, None)
+            _set_context(failure, None)
+        # as in the hook: the traceback must not lead to _original or the helpers
+        del _original, _deny, _fsdecode, _fsencode, _inject, _prepare, _Denied, args
+        raise failure
 
     fork_exec.__module__ = "_pipguard_hook"
     return fork_exec
 
 
-def _is_numeric(name):
-    import ipaddress
-
+def _exception_setters():
+    """Setters of __context__/__cause__ that an exception subclass cannot override."""
     try:
-        ipaddress.ip_address(name)
-        return True
-    except ValueError:
+        return (BaseException.__dict__["__context__"].__set__,
+                BaseException.__dict__["__cause__"].__set__)
+    except (KeyError, AttributeError):  # not CPython
+        def set_context(error, value):
+            error.__context__ = value
+
+        def set_cause(error, value):
+            error.__cause__ = value
+
+        return set_context, set_cause
+
+
+def _ipv4(text):
+    parts = text.split(".")
+    if len(parts) != 4:
         return False
+    for p in parts:
+        if not 0 < len(p) <= 3 or p.strip("0123456789") or (p[0] == "0" and p != "0") or int(p) > 255:
+            return False
+    return True
+
+
+def _is_numeric(name, _ipv4=_ipv4):
+    """True exactly when ipaddress.ip_address(name) accepts the str ``name``
+    (an IP literal: getaddrinfo answers it without DNS). No import at event
+    time: sys.modules is the program's to rewrite."""
+    addr, sep, scope = name.partition("%")
+    if not sep and _ipv4(name):
+        return True
+    if sep and (not scope or "%" in scope):
+        return False
+    parts = addr.split(":")
+    if len(parts) < 3:
+        return False
+    if "." in parts[-1]:
+        if not _ipv4(parts[-1]):
+            return False
+        parts[-1:] = ["0", "0"]
+    if len(parts) > 9:
+        return False
+    skip = None
+    for i in range(1, len(parts) - 1):
+        if not parts[i]:
+            if skip is not None:
+                return False
+            skip = i
+    if skip is not None:
+        hi, lo = skip, len(parts) - skip - 1
+        if not parts[0]:
+            hi -= 1
+            if hi:
+                return False
+        if not parts[-1]:
+            lo -= 1
+            if lo:
+                return False
+        if 8 - (hi + lo) < 1:
+            return False
+        groups = parts[:hi] + (parts[len(parts) - lo:] if lo else [])
+    else:
+        if len(parts) != 8 or not parts[0] or not parts[-1]:
+            return False
+        groups = parts
+    for g in groups:
+        if not 0 < len(g) <= 4 or g.strip("0123456789abcdefABCDEF"):
+            return False
+    return True
+
+
+def _json_codec():
+    """(loads, dumps) on the C accelerator alone: importing the json package
+    (and with it re, enum...) costs milliseconds in every Python process."""
+    try:
+        from _json import encode_basestring_ascii, make_encoder, make_scanner
+
+        class Context(object):
+            __slots__ = ("strict", "object_hook", "object_pairs_hook", "parse_float",
+                         "parse_int", "parse_constant", "memo")
+
+        context = Context()
+        context.strict, context.object_hook, context.object_pairs_hook = True, None, None
+        context.parse_float, context.parse_int, context.parse_constant = float, int, float
+        context.memo = {}
+        scan = make_scanner(context)
+        encode = make_encoder(None, str, encode_basestring_ascii, None, ": ", ", ",
+                              False, False, True)
+
+        def loads(text, _scan=scan):
+            text = text.strip()
+            value, end = _scan(text, 0)
+            if end != len(text):
+                raise ValueError("extra data in JSON")
+            return value
+
+        def dumps(value, _encode=encode, _join="".join):
+            return _join(_encode(value, 0))
+
+        if loads('{"a":[1,"\\u00e9",null]}') == {"a": [1, "\u00e9", None]} and \
+                dumps({"a": [1, "\u00e9", None, 0.5]}) == '{"a": [1, "\\u00e9", null, 0.5]}':
+            return loads, dumps
+    except Exception:
+        pass
+    import json
+
+    return json.loads, lambda value: json.dumps(value, default=str)
 
 
 def install():
@@ -712,11 +1126,10 @@ def install():
     text = os.environ.get(ENV_CONFIG)
     if not text:
         return
-    import json
-
-    config = json.loads(text)
+    loads, dumps = _json_codec()
+    config = loads(text)
     config["_text"] = text
-    hook, fork_exec_wrapper, inject_env, os_open_wrapper, resolver_wrapper = _make_hook(config)
+    hook, fork_exec_wrapper, inject_env, os_open_wrapper, resolver_wrapper = _make_hook(config, dumps)
     if config.get("network") in ("all", "hosts"):  # lookups can succeed: report their answers
         import _socket
 

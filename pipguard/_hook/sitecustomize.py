@@ -8,8 +8,6 @@ program except the hook.
 
 
 def _pipguard_start():
-    import importlib.machinery
-    import importlib.util
     import os
     import sys
 
@@ -21,11 +19,19 @@ def _pipguard_start():
     _pipguard_hook.install()
 
     # Execute the next ``sitecustomize`` on sys.path, as Python would have.
+    # The import system's own modules are loaded already; importlib.util
+    # would import contextlib, functools, collections... in every process.
+    try:
+        from _frozen_importlib import module_from_spec
+        from _frozen_importlib_external import PathFinder
+    except ImportError:
+        from importlib.machinery import PathFinder
+        from importlib.util import module_from_spec
     rest = [p for p in sys.path if os.path.abspath(p or ".") != here]
-    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    spec = PathFinder.find_spec("sitecustomize", rest)
     if spec is None or spec.loader is None:
         return
-    module = importlib.util.module_from_spec(spec)
+    module = module_from_spec(spec)
     sys.modules["sitecustomize"] = module
     spec.loader.exec_module(module)
 
