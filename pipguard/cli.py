@@ -1,22 +1,29 @@
 """The ``pipguard`` command: parse options, build a Policy, call the library,
-render, map errors to exit codes. Nothing here decides security."""
+render, map errors to exit codes. Nothing here decides security.
+
+Start-up cost matters (``pipguard run -- true`` is benchmarked against
+``true``), so this module imports almost nothing itself: each subcommand
+imports what it needs, and the commonest invocations -- ``pipguard run
+[OPTIONS] -- CMD...`` with well-formed options, and ``pipguard --version`` --
+are parsed here without importing click (~10 ms: click imports inspect, uuid,
+datetime, gettext). Anything else, including every malformed command line, goes
+to the click application below, which parses it and reports errors as always;
+the fast path only ever accepts what click would accept, with the same values.
+The click objects (``cli``, ``run``, ``install``, ``sandbox``, ``doctor``) are
+built on first access.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
-from typing import Optional, Sequence
-
-import click
+from typing import Any, Dict, List, Optional, Sequence
 
 import pipguard
 from pipguard import exitcodes, render
 from pipguard.errors import PipguardError
-from pipguard.policy import HostPort, Policy
-from pipguard.report import check_writable, write_atomic
 
-_FORMAT = click.Choice(render.FORMATS)
-_ISOLATION = click.Choice(["auto", "audit", "os"])
+_ISOLATION_CHOICES = ("auto", "audit", "os")
 
 
 def _color(stream) -> bool:
@@ -27,51 +34,78 @@ def _positive_float(ctx, param, value):
     if value is None:
         return None
     if not value > 0:
+        import click
+
         raise click.BadParameter("must be a positive number of seconds")
     return value
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(pipguard.__version__, prog_name="pipguard")
-def cli() -> None:
-    """Run the code that package installs execute inside a sandbox, block
-    what an install should never do, and report everything it saw.
+# -- output ------------------------------------------------------------------
 
-    Observed clean is evidence from one execution, not proof of safety.
-    """
+_ANSI = None
 
 
-@cli.command(context_settings={"ignore_unknown_options": False})
-@click.option("--isolation", type=_ISOLATION, default="auto", show_default=True,
-              help="auto: every layer this kernel has (gaps recorded); os: fail unless the "
-                   "whole OS layer applies; audit: Python audit hooks only.")
-@click.option("--allow-network", is_flag=True, help="Lift the network ban (destinations are still recorded).")
-@click.option("--allow-host", "allow_hosts", multiple=True, metavar="HOST[:PORT]",
-              help="Allow only this destination (repeatable).")
-@click.option("--allow-write", multiple=True, metavar="PATH",
-              help="Extra writable directory (repeatable); the working directory is writable.")
-@click.option("--allow-read", multiple=True, metavar="PATH",
-              help="Extra readable path, e.g. inside a home directory (repeatable).")
-@click.option("--deny-subprocess", is_flag=True, help="Veto every process creation.")
-@click.option("--keep-env", multiple=True, metavar="NAME",
-              help="Pass this environment variable through unchanged (repeatable).")
-@click.option("--no-observe-reads", is_flag=True,
-              help="Do not observe native file reads (cheaper; Landlock still blocks them, "
-                   "but native attempts are then not reported).")
-@click.option("--timeout", type=float, callback=_positive_float, metavar="SECONDS",
-              help="Kill the whole sandbox after this many seconds (exit 124).")
-@click.option("--report", "report_path", metavar="FILE", help="Write the JSON report here (atomically).")
-@click.option("--format", "fmt", type=_FORMAT, default="table", show_default=True,
-              help="table: summary on stderr; json/sarif: the report on stdout.")
-@click.option("--record-build-dir", is_flag=True, help="Also hash files written in the working directory.")
-@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(isolation, allow_network, allow_hosts, allow_write, allow_read, deny_subprocess,
-        keep_env, no_observe_reads, timeout, report_path, fmt, record_build_dir, command) -> None:
-    """Run COMMAND in the sandbox: pipguard run [OPTIONS] -- CMD [ARG...]
+def _plain_text_stream(stream) -> bool:
+    """A stream click.echo would write to as it is: a text file with a
+    non-ASCII encoding (click re-wraps ASCII-configured streams as UTF-8)."""
+    import io
 
-    Exits with the command's status (128+N if killed by signal N, 124 on
-    timeout); 2 if pipguard could not run it. Stdio passes through untouched.
-    """
+    if type(stream) is not io.TextIOWrapper or not stream.encoding or not stream.errors:
+        return False
+    import codecs
+
+    try:
+        return codecs.lookup(stream.encoding).name != "ascii"
+    except LookupError:
+        return True
+
+
+def _echo(text: str, *, err: bool = False) -> None:
+    """Exactly ``click.echo(text, err=err, nl=False)``: for a plain text stream
+    click writes the text (ANSI codes stripped when the stream is not a
+    terminal) and flushes; anything unusual is left to click itself."""
+    global _ANSI
+    stream = sys.stderr if err else sys.stdout
+    if stream is None:
+        return
+    if not _plain_text_stream(stream):
+        import click
+
+        click.echo(text, err=err, nl=False)
+        return
+    if text and "\x1b" in text:
+        try:
+            tty = stream.isatty()
+        except Exception:
+            tty = False
+        if not tty:
+            if _ANSI is None:
+                import re
+
+                _ANSI = re.compile(r"\033\[[;?0-9]*[a-zA-Z]")  # click's strip_ansi
+            text = _ANSI.sub("", text)
+    if text:
+        stream.write(text)
+    stream.flush()
+
+
+def _fail(message: str, hint: Optional[str] = None, code: int = exitcodes.ERROR) -> None:
+    """One line on stderr: the problem, then what to do."""
+    line = f"pipguard: error: {message}"
+    if hint:
+        line += f" (hint: {hint})"
+    _echo(line + "\n", err=True)
+    raise SystemExit(code)
+
+
+# -- the commands' bodies -----------------------------------------------------
+
+
+def _run(isolation, allow_network, allow_hosts, allow_write, allow_read, deny_subprocess,
+         keep_env, no_observe_reads, timeout, report_path, fmt, record_build_dir, command) -> None:
+    """The body of ``pipguard run`` (called by click, or by the fast path)."""
+    from pipguard.policy import HostPort, Policy
+    from pipguard.report import check_writable, write_atomic
     from pipguard.sandbox import run as run_sandbox
 
     if report_path:
@@ -84,16 +118,28 @@ def run(isolation, allow_network, allow_hosts, allow_write, allow_read, deny_sub
         isolation=isolation, timeout=timeout, observe_reads=not no_observe_reads,
     )
     _sigterm_like_ctrl_c()
-    report = run_sandbox(list(command), policy, record_build_dir=record_build_dir)
+    _resume_gc()
+    report = run_sandbox(list(command), policy, record_build_dir=record_build_dir,
+                         meanwhile=lambda: _import_renderers(fmt, bool(report_path)))
     if report_path:
         write_atomic(report_path, render.get("json")(report))
     if fmt == "table":
-        click.echo(render.get("table")(report, color=_color(sys.stderr)), err=True, nl=False)
+        _echo(render.get("table")(report, color=_color(sys.stderr)), err=True)
     else:
-        click.echo(render.get(fmt)(report), nl=False)
+        _echo(render.get(fmt)(report))
     if report.error:
         raise SystemExit(exitcodes.INTERRUPTED)
     raise SystemExit(exitcodes.from_wait_status(report.exit_code, report.timed_out))
+
+
+def _import_renderers(fmt: str, report: bool) -> None:
+    """Import the renderers the run will use while its sandbox is being set
+    up (the table renderer imports tabulate: ~4 ms that would come after)."""
+    for name in (fmt, "json") if report else (fmt,):
+        try:
+            render.get(name)
+        except Exception:  # raised again where the renderer is used, as always
+            pass
 
 
 def _sigterm_like_ctrl_c() -> None:
@@ -107,55 +153,11 @@ def _sigterm_like_ctrl_c() -> None:
     signal.signal(signal.SIGTERM, _interrupt)
 
 
-def _pip_options(f):
-    """The pip install options pipguard passes through (shared by install and sandbox)."""
-    options = [
-        click.option("-r", "--requirement", "requirement_files", multiple=True, metavar="FILE",
-                     help="Install from the given requirements file (repeatable)."),
-        click.option("-c", "--constraint", "constraint_files", multiple=True, metavar="FILE",
-                     help="Constrain versions with this file (repeatable)."),
-        click.option("-i", "--index-url", metavar="URL",
-                     help="Package index (default: pip's configuration, else PyPI). Index hosts are "
-                          "the only network the resolve phase can reach."),
-        click.option("--extra-index-url", "extra_index_urls", multiple=True, metavar="URL",
-                     help="Additional index (repeatable)."),
-        click.option("-f", "--find-links", multiple=True, metavar="URL|DIR",
-                     help="Look for archives here (repeatable). With --no-index and local dirs "
-                          "only, nothing in the install touches the network."),
-        click.option("--no-index", is_flag=True, help="Ignore package indexes."),
-        click.option("--no-binary", multiple=True, metavar="FORMAT", help="As pip: build these from source."),
-        click.option("--only-binary", multiple=True, metavar="FORMAT", help="As pip: never build these."),
-        click.option("--pre", is_flag=True, help="Include pre-releases."),
-        click.option("-U", "--upgrade", is_flag=True, help="Upgrade packages that are already installed."),
-        click.option("--no-deps", is_flag=True, help="Do not install dependencies."),
-        click.option("--require-hashes", is_flag=True, help="As pip: require a hash for every requirement."),
-        click.option("--no-cache-dir", is_flag=True, help="Accepted for pip compatibility (the "
-                     "sandbox never uses your pip cache)."),
-        click.option("-q", "--quiet", count=True, help="Less output (also silences progress)."),
-        click.option("-v", "--verbose", count=True),
-        click.option("--python", "python", metavar="PATH",
-                     help="Install into this interpreter's environment (default: pipguard's own)."),
-        click.option("--isolation", type=_ISOLATION, default="auto", show_default=True),
-        click.option("--timeout", type=float, callback=_positive_float, metavar="SECONDS",
-                     help="Time limit for each sandboxed phase."),
-        click.option("--keep-env", multiple=True, metavar="NAME",
-                     help="Pass this environment variable into the sandboxed phases (repeatable)."),
-        click.option("--no-observe-reads", is_flag=True,
-                     help="Do not observe native file reads (faster builds; Landlock still blocks "
-                          "them, but native read attempts are then not reported)."),
-        click.option("--probe-imports", is_flag=True,
-                     help="Also import each new top-level module in the sandbox before committing."),
-        click.option("--report", "report_path", metavar="FILE", help="Write the JSON report here."),
-        click.option("--format", "fmt", type=_FORMAT, default="table", show_default=True),
-        click.argument("packages", nargs=-1),
-    ]
-    for option in reversed(options):
-        f = option(f)
-    return f
-
-
 def _install(sandbox_only: bool, kw: dict) -> None:
+    import click
+
     from pipguard.install import Installer, PipOptions
+    from pipguard.report import check_writable, write_atomic
 
     report_path = check_writable(kw["report_path"]) if kw.get("report_path") else None
     options = PipOptions(
@@ -170,6 +172,7 @@ def _install(sandbox_only: bool, kw: dict) -> None:
     show = kw["quiet"] == 0 and sys.stderr.isatty()
     progress = (lambda m: click.echo(f"pipguard: {m}", err=True)) if show else None
     _sigterm_like_ctrl_c()
+    _resume_gc()
     result = Installer(options, python=kw["python"], isolation=kw["isolation"],
                        build_timeout=kw["timeout"], probe_imports=kw["probe_imports"],
                        sandbox_only=sandbox_only, progress=progress, keep_env=kw["keep_env"],
@@ -191,46 +194,10 @@ def _install(sandbox_only: bool, kw: dict) -> None:
     raise SystemExit(result.exit_code)
 
 
-@cli.command()
-@click.option("--sandbox", is_flag=True, help="Build sdists in the sandbox (required for sdists).")
-@_pip_options
-def install(sandbox, **kw) -> None:
-    """pip install, where no package code runs outside the sandbox.
-
-    With --sandbox: resolve and download in the sandbox, gate every artifact,
-    build each sdist in its own offline sandbox, and install the wheels only
-    if nothing was blocked. Without --sandbox: wheels only (no package code
-    runs at all), gated; sdists are refused.
-
-    Exit status: 0 installed, 1 refused (something was blocked or a gate
-    fired: nothing installed), 2 error (environment unchanged), 130
-    interrupted.
-    """
-    if not sandbox:
-        kw["only_binary"] = tuple(kw["only_binary"]) + (":all:",)
-    _install(False, kw)
-
-
-@cli.command()
-@_pip_options
-def sandbox(**kw) -> None:
-    """Resolve, build and (with --probe-imports) import PACKAGES in the
-    sandbox; install nothing; print the evidence.
-
-    Exit status: 0 observed clean, 1 something was blocked, 2 error, 130
-    interrupted.
-    """
-    _install(True, kw)
-
-
-@cli.command()
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def doctor(fmt) -> None:
-    """Show which sandbox layers this host supports.
-
-    Exits 1 when the default isolation (auto) would be degraded, so CI can gate on it.
-    """
+def _doctor(fmt) -> None:
     import json
+
+    import click
 
     from pipguard import doctor as doctor_mod
     from pipguard import host
@@ -244,35 +211,286 @@ def doctor(fmt) -> None:
                                           for c in checks],
                                "default_isolation_degraded": degraded}, indent=2, default=str))
     else:
-        from tabulate import tabulate
-
+        tabulate = render.load_tabulate()
         rows = [(c.name, c.status, c.detail) for c in checks]
         click.echo(tabulate(rows, headers=("layer", "status", "detail")))
         click.echo("\ndefault isolation: " + ("DEGRADED" if degraded else "complete"))
     raise SystemExit(exitcodes.REFUSED if degraded else exitcodes.OK)
 
 
-def _fail(message: str, hint: Optional[str] = None, code: int = exitcodes.ERROR) -> None:
-    """One line on stderr: the problem, then what to do."""
-    line = f"pipguard: error: {message}"
-    if hint:
-        line += f" (hint: {hint})"
-    click.echo(line, err=True)
-    raise SystemExit(code)
+# -- the click application ----------------------------------------------------
+
+_CLICK_NAMES = ("cli", "run", "install", "sandbox", "doctor", "_pip_options", "_FORMAT", "_ISOLATION")
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
-    """Console entry point: one line per error, no tracebacks, exit codes
-    from :mod:`pipguard.exitcodes`."""
+def _click_app():
+    """Build the click command group (once) and publish its objects as this
+    module's attributes."""
+    app = globals().get("cli")
+    if app is not None:
+        return app
+    import click
+
+    _FORMAT = click.Choice(render.FORMATS)
+    _ISOLATION = click.Choice(list(_ISOLATION_CHOICES))
+
+    @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+    @click.version_option(pipguard.__version__, prog_name="pipguard")
+    def cli() -> None:
+        """Run the code that package installs execute inside a sandbox, block
+        what an install should never do, and report everything it saw.
+
+        Observed clean is evidence from one execution, not proof of safety.
+        """
+
+    @cli.command(context_settings={"ignore_unknown_options": False})
+    @click.option("--isolation", type=_ISOLATION, default="auto", show_default=True,
+                  help="auto: every layer this kernel has (gaps recorded); os: fail unless the "
+                       "whole OS layer applies; audit: Python audit hooks only.")
+    @click.option("--allow-network", is_flag=True, help="Lift the network ban (destinations are still recorded).")
+    @click.option("--allow-host", "allow_hosts", multiple=True, metavar="HOST[:PORT]",
+                  help="Allow only this destination (repeatable).")
+    @click.option("--allow-write", multiple=True, metavar="PATH",
+                  help="Extra writable directory (repeatable); the working directory is writable.")
+    @click.option("--allow-read", multiple=True, metavar="PATH",
+                  help="Extra readable path, e.g. inside a home directory (repeatable).")
+    @click.option("--deny-subprocess", is_flag=True, help="Veto every process creation.")
+    @click.option("--keep-env", multiple=True, metavar="NAME",
+                  help="Pass this environment variable through unchanged (repeatable).")
+    @click.option("--no-observe-reads", is_flag=True,
+                  help="Do not observe native file reads (cheaper; Landlock still blocks them, "
+                       "but native attempts are then not reported).")
+    @click.option("--timeout", type=float, callback=_positive_float, metavar="SECONDS",
+                  help="Kill the whole sandbox after this many seconds (exit 124).")
+    @click.option("--report", "report_path", metavar="FILE", help="Write the JSON report here (atomically).")
+    @click.option("--format", "fmt", type=_FORMAT, default="table", show_default=True,
+                  help="table: summary on stderr; json/sarif: the report on stdout.")
+    @click.option("--record-build-dir", is_flag=True, help="Also hash files written in the working directory.")
+    @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+    def run(isolation, allow_network, allow_hosts, allow_write, allow_read, deny_subprocess,
+            keep_env, no_observe_reads, timeout, report_path, fmt, record_build_dir, command) -> None:
+        """Run COMMAND in the sandbox: pipguard run [OPTIONS] -- CMD [ARG...]
+
+        Exits with the command's status (128+N if killed by signal N, 124 on
+        timeout); 2 if pipguard could not run it. Stdio passes through untouched.
+        """
+        _run(isolation, allow_network, allow_hosts, allow_write, allow_read, deny_subprocess,
+             keep_env, no_observe_reads, timeout, report_path, fmt, record_build_dir, command)
+
+    def _pip_options(f):
+        """The pip install options pipguard passes through (shared by install and sandbox)."""
+        options = [
+            click.option("-r", "--requirement", "requirement_files", multiple=True, metavar="FILE",
+                         help="Install from the given requirements file (repeatable)."),
+            click.option("-c", "--constraint", "constraint_files", multiple=True, metavar="FILE",
+                         help="Constrain versions with this file (repeatable)."),
+            click.option("-i", "--index-url", metavar="URL",
+                         help="Package index (default: pip's configuration, else PyPI). Index hosts are "
+                              "the only network the resolve phase can reach."),
+            click.option("--extra-index-url", "extra_index_urls", multiple=True, metavar="URL",
+                         help="Additional index (repeatable)."),
+            click.option("-f", "--find-links", multiple=True, metavar="URL|DIR",
+                         help="Look for archives here (repeatable). With --no-index and local dirs "
+                              "only, nothing in the install touches the network."),
+            click.option("--no-index", is_flag=True, help="Ignore package indexes."),
+            click.option("--no-binary", multiple=True, metavar="FORMAT", help="As pip: build these from source."),
+            click.option("--only-binary", multiple=True, metavar="FORMAT", help="As pip: never build these."),
+            click.option("--pre", is_flag=True, help="Include pre-releases."),
+            click.option("-U", "--upgrade", is_flag=True, help="Upgrade packages that are already installed."),
+            click.option("--no-deps", is_flag=True, help="Do not install dependencies."),
+            click.option("--require-hashes", is_flag=True, help="As pip: require a hash for every requirement."),
+            click.option("--no-cache-dir", is_flag=True, help="Accepted for pip compatibility (the "
+                         "sandbox never uses your pip cache)."),
+            click.option("-q", "--quiet", count=True, help="Less output (also silences progress)."),
+            click.option("-v", "--verbose", count=True),
+            click.option("--python", "python", metavar="PATH",
+                         help="Install into this interpreter's environment (default: pipguard's own)."),
+            click.option("--isolation", type=_ISOLATION, default="auto", show_default=True),
+            click.option("--timeout", type=float, callback=_positive_float, metavar="SECONDS",
+                         help="Time limit for each sandboxed phase."),
+            click.option("--keep-env", multiple=True, metavar="NAME",
+                         help="Pass this environment variable into the sandboxed phases (repeatable)."),
+            click.option("--no-observe-reads", is_flag=True,
+                         help="Do not observe native file reads (faster builds; Landlock still blocks "
+                              "them, but native read attempts are then not reported)."),
+            click.option("--probe-imports", is_flag=True,
+                         help="Also import each new top-level module in the sandbox before committing."),
+            click.option("--report", "report_path", metavar="FILE", help="Write the JSON report here."),
+            click.option("--format", "fmt", type=_FORMAT, default="table", show_default=True),
+            click.argument("packages", nargs=-1),
+        ]
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    @cli.command()
+    @click.option("--sandbox", is_flag=True, help="Build sdists in the sandbox (required for sdists).")
+    @_pip_options
+    def install(sandbox, **kw) -> None:
+        """pip install, where no package code runs outside the sandbox.
+
+        With --sandbox: resolve and download in the sandbox, gate every artifact,
+        build each sdist in its own offline sandbox, and install the wheels only
+        if nothing was blocked. Without --sandbox: wheels only (no package code
+        runs at all), gated; sdists are refused.
+
+        Exit status: 0 installed, 1 refused (something was blocked or a gate
+        fired: nothing installed), 2 error (environment unchanged), 130
+        interrupted.
+        """
+        if not sandbox:
+            kw["only_binary"] = tuple(kw["only_binary"]) + (":all:",)
+        _install(False, kw)
+
+    @cli.command()
+    @_pip_options
+    def sandbox(**kw) -> None:
+        """Resolve, build and (with --probe-imports) import PACKAGES in the
+        sandbox; install nothing; print the evidence.
+
+        Exit status: 0 observed clean, 1 something was blocked, 2 error, 130
+        interrupted.
+        """
+        _install(True, kw)
+
+    @cli.command()
+    @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+    def doctor(fmt) -> None:
+        """Show which sandbox layers this host supports.
+
+        Exits 1 when the default isolation (auto) would be degraded, so CI can gate on it.
+        """
+        _doctor(fmt)
+
+    globals().update(cli=cli, run=run, install=install, sandbox=sandbox, doctor=doctor,
+                     _pip_options=_pip_options, _FORMAT=_FORMAT, _ISOLATION=_ISOLATION)
+    return cli
+
+
+def __getattr__(name: str) -> Any:
+    if name in _CLICK_NAMES:
+        _click_app()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# -- the fast path ------------------------------------------------------------
+
+_RUN_FLAGS = {"--allow-network": "allow_network", "--deny-subprocess": "deny_subprocess",
+              "--no-observe-reads": "no_observe_reads", "--record-build-dir": "record_build_dir"}
+_RUN_VALUES = {"--isolation": "isolation", "--timeout": "timeout", "--report": "report_path",
+               "--format": "fmt"}
+_RUN_MULTIPLE = {"--allow-host": "allow_hosts", "--allow-write": "allow_write",
+                 "--allow-read": "allow_read", "--keep-env": "keep_env"}
+
+
+def _fast_run_params(args: List[str]) -> Optional[Dict[str, Any]]:
+    """The arguments click would call ``run`` with for ``args``, when they
+    are ``run``, known options with plain values, ``--`` and a command; None
+    for anything else (click parses it then, and reports any error)."""
+    if len(args) < 3 or args[0] != "run" or "--" not in args:
+        return None
+    params: Dict[str, Any] = {
+        "isolation": "auto", "allow_network": False, "allow_hosts": (), "allow_write": (),
+        "allow_read": (), "deny_subprocess": False, "keep_env": (), "no_observe_reads": False,
+        "timeout": None, "report_path": None, "fmt": "table", "record_build_dir": False,
+    }
+    given = set()
+    i = 1
+    while args[i] != "--":  # a "--" is ahead: never past the end
+        name, eq, value = args[i].partition("=")
+        i += 1
+        if name in _RUN_FLAGS and not eq:
+            params[_RUN_FLAGS[name]] = True
+            continue
+        if name not in _RUN_VALUES and name not in _RUN_MULTIPLE:
+            return None  # -h, a short or unknown option, an argument before "--"...
+        if not eq:
+            value = args[i]
+            i += 1
+        if not value or value.startswith("-"):
+            return None  # click's reading of these is click's business
+        if name in _RUN_MULTIPLE:
+            key = _RUN_MULTIPLE[name]
+            params[key] = params[key] + (value,)
+            continue
+        key = _RUN_VALUES[name]
+        if key in given:
+            return None
+        given.add(key)
+        if key == "isolation" and value not in _ISOLATION_CHOICES:
+            return None
+        if key == "fmt" and value not in render.FORMATS:
+            return None
+        if key == "timeout":
+            try:
+                seconds = float(value)
+            except ValueError:
+                return None
+            if not seconds > 0:
+                return None
+            params[key] = seconds
+            continue
+        params[key] = value
+    command = tuple(args[i + 1:])
+    if not command:
+        return None
+    params["command"] = command
+    return params
+
+
+def _fast_version() -> None:
+    """``pipguard --version``, as click's version_option prints it."""
+    from gettext import gettext as _  # click's message goes through gettext too
+
+    message = _("%(prog)s, version %(version)s")
+    _echo(message % {"prog": "pipguard", "package": "pipguard", "version": pipguard.__version__} + "\n")
+
+
+def _fast(args: List[str]) -> None:
+    """Handle ``args`` without click if they are in the fast path's subset
+    (then raise SystemExit); return when click must parse them."""
+    if "_PIPGUARD_COMPLETE" in os.environ:  # shell completion: click's job
+        return
+    if args == ["--version"]:
+        _guarded(_fast_version)
+    params = _fast_run_params(args)
+    if params is not None:
+        _guarded(lambda: _run(**params))
+
+
+def _guarded(action) -> None:
+    """Run ``action`` with the error handling ``cli.main`` (click, then
+    :func:`_main`) would give it; raises SystemExit."""
+
+    def as_click_would():
+        try:
+            action()
+        except (EOFError, KeyboardInterrupt):
+            import click
+
+            click.echo(file=sys.stderr)  # as click does: end the line, then abort
+            _fail("aborted", code=130)
+        except OSError as exc:
+            import errno
+
+            if exc.errno != errno.EPIPE:
+                raise
+            # as click does on a closed pipe: exit 1, and no complaint from the final flush
+            from click import utils
+
+            pacify = getattr(utils, "_PacifyFlushWrapper", None) or getattr(utils, "PacifyFlushWrapper")
+            sys.stdout = pacify(sys.stdout)
+            sys.stderr = pacify(sys.stderr)
+            raise SystemExit(1)
+
+    _with_errors(as_click_would)
+
+
+def _with_errors(invoke) -> None:
+    """Errors to one line and an exit code (no tracebacks); raises SystemExit."""
     try:
-        cli.main(args=list(argv) if argv is not None else None, prog_name="pipguard",
-                 standalone_mode=False)
-    except click.exceptions.NoSuchOption as exc:
-        _fail(exc.format_message(), "see 'pipguard --help'; put the command after '--'")
-    except click.ClickException as exc:
-        _fail(exc.format_message(), "see 'pipguard COMMAND --help'")
-    except click.exceptions.Abort:
-        _fail("aborted", code=130)
+        invoke()
     except PipguardError as exc:
         _fail(exc.message, exc.hint, exc.exit_code)
     except KeyboardInterrupt:
@@ -283,6 +501,67 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         _fail(f"{exc.strerror or exc} ({exc.filename or 'no file'})",
               "this is probably a bug in pipguard: please report it")
     raise SystemExit(0)
+
+
+# -- entry point --------------------------------------------------------------
+
+_GC_PAUSED = False
+
+
+def _resume_gc() -> None:
+    """Start-up is over: what it allocated lives until exit, so freeze it
+    (later collections skip it), and let the collector run again."""
+    global _GC_PAUSED
+    if _GC_PAUSED:
+        import gc
+
+        _GC_PAUSED = False
+        gc.freeze()
+        gc.enable()
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    """Console entry point: one line per error, no tracebacks, exit codes
+    from :mod:`pipguard.exitcodes`."""
+    if argv is not None:  # called from Python: leave the collector alone
+        _main(list(argv), list(argv))
+        return
+    global _GC_PAUSED
+    import gc
+
+    # The cyclic garbage collector only costs time in a short pipguard run:
+    # importing ~150 modules triggers ~40 collections that find nothing, and
+    # the collections at interpreter exit walk every object again (~10 ms
+    # together). Paused until the long part starts (_resume_gc), and
+    # everything is frozen before exit.
+    paused = _GC_PAUSED = gc.isenabled()
+    gc.disable()
+    try:
+        _main(sys.argv[1:], None)
+    finally:
+        if paused:
+            _GC_PAUSED = False
+            gc.freeze()
+            gc.enable()
+
+
+def _main(args: List[str], click_args: Optional[List[str]]) -> None:
+    _fast(args)
+    import click
+
+    cli = _click_app()
+
+    def invoke():
+        try:
+            cli.main(args=click_args, prog_name="pipguard", standalone_mode=False)
+        except click.exceptions.NoSuchOption as exc:
+            _fail(exc.format_message(), "see 'pipguard --help'; put the command after '--'")
+        except click.ClickException as exc:
+            _fail(exc.format_message(), "see 'pipguard COMMAND --help'")
+        except click.exceptions.Abort:
+            _fail("aborted", code=130)
+
+    _with_errors(invoke)
 
 
 if __name__ == "__main__":

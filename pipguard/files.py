@@ -4,7 +4,6 @@ file) before and after; only new or changed files are hashed."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 from typing import Dict, Iterable, List, Tuple
@@ -34,6 +33,8 @@ def snapshot(roots: Iterable[str]) -> Snapshot:
 
 
 def sha256(path: str) -> str:
+    import hashlib  # not at start-up: loading OpenSSL costs ~2 ms, most runs write nothing
+
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):

@@ -27,6 +27,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from pipguard import gate
 from pipguard.files import sha256
 from pipguard.pipwarm import WarmPip
+from pipguard.plan import precompile_hook
 from pipguard.errors import PipError, UsageError
 from pipguard.policy import Policy
 from pipguard.report import Event, FileWritten, LayerStatus, NetworkAttempt, ProcessRecord, Report
@@ -384,6 +385,8 @@ class Installer:
     # ---------------------------------------------------------------- phases
     def run(self) -> InstallResult:
         stage = tempfile.mkdtemp(prefix="pipguard-install-")
+        # the build's Pythons are the target's version: give them the hook's bytecode
+        precompile_hook(self.python)
         # The final, unsandboxed pip imports itself while the sandbox builds.
         self._warm = None if self.sandbox_only else WarmPip(self.python, self.env)
         try:

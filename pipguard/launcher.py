@@ -10,7 +10,7 @@ import signal
 import socket
 import sys
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 from pipguard import notify
 from pipguard.errors import KernelError, LayerUnavailable, PipguardError
@@ -52,6 +52,8 @@ class ChildProcess:
 
 @dataclass
 class Started:
+    """The running sandbox root and what its confinement applied."""
+
     process: ChildProcess
     listener: Optional[int]
     applied: Tuple[str, ...]
@@ -61,9 +63,12 @@ class Started:
     syscalls: Dict[int, str] = field(default_factory=dict)
 
 
-def start(plan: Plan) -> Started:
+def start(plan: Plan, meanwhile: Optional[Callable[[], None]] = None) -> Started:
     """Launch the child and complete the handshake. Raises LayerUnavailable
-    when a required layer is missing; the child is then already gone."""
+    when a required layer is missing; the child is then already gone.
+
+    ``meanwhile`` runs right after the fork, while the child confines itself
+    (its status is waited for afterwards); if it raises, the child is killed."""
     from pipguard import _child  # imported before fork: the child must import nothing
 
     parent_sock, child_sock = socket.socketpair()
@@ -91,6 +96,13 @@ def start(plan: Plan) -> Started:
     child_sock.close()
     process = ChildProcess(pid)
     try:
+        if meanwhile is not None:
+            try:
+                meanwhile()
+            except BaseException:
+                process.kill()
+                process.wait()
+                raise
         line = _read_line(parent_sock)
         if not line:
             process.wait()

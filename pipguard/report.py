@@ -51,6 +51,8 @@ class Event:
 
 @dataclass(frozen=True)
 class ProcessRecord:
+    """One process of the sandbox: its command line and how it ended."""
+
     pid: int
     ppid: int
     argv: Tuple[str, ...]
@@ -60,6 +62,8 @@ class ProcessRecord:
 
 @dataclass(frozen=True)
 class NetworkAttempt:
+    """One network destination the sandbox tried to reach, and what became of it."""
+
     family: str  # inet, inet6, unix, netlink, packet, ...
     protocol: str  # tcp, udp, dns, raw, ...
     address: str
@@ -72,6 +76,8 @@ class NetworkAttempt:
 
 @dataclass(frozen=True)
 class FileWritten:
+    """A file the command created or changed, hashed after it ended."""
+
     path: str
     sha256: str
     size: int
@@ -88,6 +94,8 @@ class LayerStatus:
 
 @dataclass(frozen=True)
 class Report:
+    """The evidence of one run (schema ``pipguard.report/1``, see docs/report.md)."""
+
     command: Tuple[str, ...]
     exit_code: Optional[int]
     timed_out: bool

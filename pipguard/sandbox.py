@@ -44,13 +44,17 @@ def _host_summary() -> dict:
 
 def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[str] = None,
         env: Optional[Mapping[str, str]] = None, record_build_dir: bool = False,
-        progress: Optional[Callable[[str], None]] = None) -> Report:
+        progress: Optional[Callable[[str], None]] = None,
+        meanwhile: Optional[Callable[[], None]] = None) -> Report:
     """Run ``argv`` in the sandbox described by ``policy`` (default: the safe
     defaults of :class:`Policy`) and return the evidence report.
 
     ``env`` is the environment to start from (default: ``os.environ``); it is
     scrubbed to the allow-list either way. ``record_build_dir`` also hashes
     files written in the working directory (off: only other writable roots).
+    ``meanwhile`` is called once while the sandbox's first process confines
+    itself, before the command starts (pipguard only waits then): the place
+    for work the caller needs afterwards, such as imports.
     Raises :class:`~pipguard.errors.PipguardError` for bad input or a missing
     required layer — before anything ran.
     """
@@ -78,10 +82,11 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
         roots = [r for r in plan.write_roots if record_build_dir or r != plan.cwd]
         before = files.snapshot(roots)
         from pipguard import launcher
-        from pipguard.supervisor import Supervisor
 
         notify(f"starting {' '.join(argv)[:80]}")
-        started = launcher.start(plan)
+        started = launcher.start(plan, meanwhile=lambda: _while_confining(meanwhile))
+        from pipguard.supervisor import Supervisor
+
         if proxy is not None:
             proxy.__enter__()
         supervisor = Supervisor(plan, policy, started)
@@ -94,6 +99,15 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
         if proxy is not None:
             proxy.__exit__(None, None, None)
         cleanup(plan)
+
+
+def _while_confining(meanwhile: Optional[Callable[[], None]]) -> None:
+    """What the parent does while the forked child confines itself (a few
+    ms, on another CPU): import what it needs next."""
+    from pipguard import supervisor  # noqa: F401
+
+    if meanwhile is not None:
+        meanwhile()
 
 
 def _proxy_evidence(proxy, supervisor) -> None:

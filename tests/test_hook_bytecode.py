@@ -57,3 +57,18 @@ def test_other_version_caching_the_hook_is_refused_but_not_a_finding(tmp_path, f
     assert all(e["target"].startswith(os.path.join(HOOK_DIR, "__pycache__")) for e in cache_writes)
     assert r.report["verdict"] == "clean", r.report["events"]
     assert not glob.glob(os.path.join(HOOK_DIR, "__pycache__", f"*.cpython-{version.replace('.', '')}.pyc"))
+
+
+def test_install_target_of_another_version_gets_the_hook_cached():
+    from pipguard.plan import precompile_hook
+
+    mine = "%d.%d" % sys.version_info[:2]
+    others = {v: p for v, p in support.python_versions().items() if v != mine}
+    if not others:
+        pytest.skip("no other Python version on this machine")
+    version, python = next(iter(others.items()))
+    tag = "cpython-" + version.replace(".", "")
+    _drop_cache(tag)
+    precompile_hook(python)  # what install does for its --python target
+    for name in HOOK_FILES:
+        assert os.path.exists(os.path.join(HOOK_DIR, "__pycache__", name[:-3] + f".{tag}.pyc"))

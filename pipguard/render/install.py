@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 
-from tabulate import tabulate
-
+from pipguard.render import load_tabulate
 from pipguard.render import sarif as sarif_mod
 from pipguard.render.table import blocked_table
+
+tabulate = load_tabulate()
 
 _RED, _GREEN, _RESET = "\033[31m", "\033[32m", "\033[0m"
 

@@ -19,8 +19,7 @@ import signal
 import textwrap
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
-from tabulate import tabulate
-
+from pipguard.render import load_tabulate
 from pipguard.render import printable as _clean
 from pipguard.report import INFORMATIONAL_RULES, Event, ProcessRecord, Report
 
@@ -37,6 +36,8 @@ _BOLD = "\x1b[1m"
 _RESET = "\x1b[0m"
 
 _TABLEFMT = "simple"
+
+tabulate = load_tabulate()
 
 
 def render(report: Report, *, color: bool = False) -> str:

@@ -1,0 +1,62 @@
+"""``pipguard run`` is parsed without click for well-formed command lines (start-up
+cost). That parser must never disagree with click: for every command line it accepts,
+it must produce exactly the parameters click would call ``run`` with; everything else
+it must leave to click (None)."""
+
+from __future__ import annotations
+
+import itertools
+
+import click
+import pytest
+
+from pipguard import cli
+
+OPTIONS = [
+    [], ["--allow-network"], ["--deny-subprocess"], ["--no-observe-reads"], ["--record-build-dir"],
+    ["--isolation", "os"], ["--isolation=audit"], ["--isolation", "bogus"], ["--isolation"],
+    ["--timeout", "2.5"], ["--timeout=1e3"], ["--timeout", "0"], ["--timeout", "-1"], ["--timeout", "x"],
+    ["--timeout", "nan"], ["--timeout", "inf"],
+    ["--format", "json"], ["--format=sarif"], ["--format", "xml"],
+    ["--report", "r.json"], ["--report=r.json"], ["--report", "-"], ["--report="],
+    ["--allow-host", "pypi.org"], ["--allow-host", "a:1", "--allow-host=b:2"],
+    ["--allow-write", "/tmp/x"], ["--allow-read", "/opt"], ["--keep-env", "CC"], ["--keep-env=CFLAGS"],
+    ["--isolation", "os", "--isolation", "audit"], ["--allow-network=1"], ["-h"], ["--help"],
+    ["--allow-net"], ["--allow-write", "--"], ["extra"], ["--timeout", "3", "--timeout", "4"],
+]
+COMMANDS = [["--", "true"], ["--", "sh", "-c", "exit 3"], ["--"], ["--", "--", "x"], ["true"],
+            ["--", "--allow-network"]]
+
+
+def click_params(argv):
+    """What click calls ``run`` with for ``argv``, or None where click refuses it."""
+    try:
+        ctx = cli.run.make_context("run", list(argv[1:]))
+    except click.exceptions.Exit:
+        return None
+    except click.ClickException:
+        return None
+    return ctx.params
+
+
+def cases():
+    for first, second in itertools.combinations_with_replacement(range(len(OPTIONS)), 2):
+        for command in COMMANDS:
+            yield ["run", *OPTIONS[first], *OPTIONS[second], *command]
+
+
+@pytest.mark.parametrize("chunk", range(4))
+def test_fast_parser_agrees_with_click(chunk, capsys):
+    checked = 0
+    for i, argv in enumerate(cases()):
+        if i % 4 != chunk:
+            continue
+        fast = cli._fast_run_params(list(argv))
+        if fast is None:
+            continue  # click parses it, as before
+        checked += 1
+        expected = click_params(argv)
+        assert expected is not None, f"fast path accepted what click refuses: {argv}"
+        assert fast == expected, argv
+    capsys.readouterr()  # click's usage messages for refused lines
+    assert checked > 50  # the fast path really takes the common lines
