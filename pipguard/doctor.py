@@ -77,6 +77,13 @@ def checks(facts: HostFacts) -> List[Check]:
     else:
         out.append(Check("capabilities", "missing", facts.platform_reason, "no root powers in the sandbox"))
 
+    if facts.native_responder:
+        out.append(Check("supervisor.responder", "ok", "native thread answers allowed opens (~4 µs each)",
+                         "cheap observation of native file opens"))
+    elif facts.seccomp_notify:
+        out.append(Check("supervisor.responder", "degraded",
+                         f"{facts.native_responder_reason}: Python answers every notification "
+                         "(slower, same evidence)", "cheap observation of native file opens"))
     if facts.user_namespaces:
         out.append(Check("user_namespaces", "ok", "unprivileged user namespaces allowed", "the namespace layer (optional)"))
     else:

@@ -43,6 +43,8 @@ class HostFacts:
     capabilities: Dict[str, int] = field(default_factory=dict)
     user_namespaces: bool = False
     user_namespaces_reason: str = ""
+    native_responder: bool = False  # pipguard._responder (optional C extension) imports
+    native_responder_reason: str = ""
 
     def to_json(self) -> Dict[str, Any]:
         data = asdict(self)
@@ -93,6 +95,7 @@ def _probe() -> HostFacts:
     else:
         reason = plat_why
         ll_why = sc_why = nt_why = userns_why = reason
+    responder_ok, responder_why = _native_responder() if linux else (False, plat_why)
     return HostFacts(
         system=system,
         release=release,
@@ -112,7 +115,17 @@ def _probe() -> HostFacts:
         capabilities=caps,
         user_namespaces=userns,
         user_namespaces_reason=userns_why,
+        native_responder=responder_ok,
+        native_responder_reason=responder_why,
     )
+
+
+def _native_responder() -> Tuple[bool, str]:
+    try:
+        from pipguard import _responder  # type: ignore[attr-defined]  # noqa: F401
+    except ImportError as exc:
+        return False, f"not built ({exc}); pip builds it where a C compiler is available"
+    return True, ""
 
 
 def _guard(fn, what: str) -> Tuple[bool, str]:

@@ -116,3 +116,20 @@ def test_doctor_on_a_non_linux_host_says_missing() -> None:
     assert {c.name: c.status for c in checks}["platform"] == "missing"
     assert all(c.status == "missing" for c in checks if c.name in doctor.DEFAULT_ISOLATION_PARTS)
     assert doctor.default_isolation_degraded(checks)
+
+
+def test_doctor_says_when_the_native_responder_is_missing() -> None:
+    full = dict(landlock_abi=7, landlock_net=True, landlock_scope=True)
+    built = {c.name: c for c in doctor.checks(_facts(native_responder=True, **full))}
+    assert built["supervisor.responder"].status == "ok"
+    missing = doctor.checks(_facts(native_responder=False, native_responder_reason="not built (x)", **full))
+    check = {c.name: c for c in missing}["supervisor.responder"]
+    assert check.status == "degraded" and "not built" in check.detail and "same evidence" in check.detail
+    assert not doctor.default_isolation_degraded(missing)  # slower, not weaker: doctor still exits 0
+
+
+def test_this_machine_built_the_native_responder() -> None:
+    facts = host.probe()
+    if not facts.native_responder and os.environ.get("PIPGUARD_REQUIRE_ALL_LAYERS") != "1":
+        pytest.skip(facts.native_responder_reason)
+    assert facts.native_responder, facts.native_responder_reason
