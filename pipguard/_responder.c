@@ -190,7 +190,12 @@ static int forward(responder_t *r, const struct seccomp_notif *n)
 static void *responder_main(void *arg)
 {
     responder_t *r = arg;
-    struct seccomp_notif n;
+    /* The kernel writes its own sizeof(struct seccomp_notif) (SECCOMP_GET_NOTIF_SIZES),
+     * which a newer kernel may grow: receive into room to spare, zeroed as RECV requires. */
+    union {
+        struct seccomp_notif n;
+        char room[1024];
+    } in;
     struct seccomp_notif_resp resp;
 
     for (;;) {
@@ -212,13 +217,14 @@ static void *responder_main(void *arg)
                 break; /* no task uses the filter any more */
             continue;
         }
-        memset(&n, 0, sizeof n);
-        if (ioctl(r->listener, SECCOMP_IOCTL_NOTIF_RECV, &n) < 0) {
+        memset(&in, 0, sizeof in);
+        if (ioctl(r->listener, SECCOMP_IOCTL_NOTIF_RECV, &in) < 0) {
             if (errno == ENOENT || errno == EINTR || errno == EAGAIN)
                 continue; /* the target died or was interrupted meanwhile */
             r->error = errno;
             break;
         }
+        const struct seccomp_notif n = in.n;
         int kind = 0;
         if (n.data.arch == r->arch && !(n.data.nr & X32_BIT) && n.data.nr >= 0 && n.data.nr < MAX_NR)
             kind = r->kinds[n.data.nr];
