@@ -6,13 +6,18 @@
  * round trip cost ~87 us on a 2-vCPU VM, answered from this thread ~3-5 us.
  *
  * The thread receives every notification (SECCOMP_IOCTL_NOTIF_RECV). It
- * answers itself exactly the case the Python supervisor's fast path answers
- * without evidence (supervisor.Supervisor._file_decision): an open whose
- * path, absolute or joined to the canonical cwd/dirfd it is relative to,
- * has no "/.." and starts with an allowed root (and not with a never-fast
- * prefix such as the decoy HOME or /proc/). It answers CONTINUE: observe,
- * never allow because of what was read (seccomp_unotify(2)); Landlock
- * enforces the same roots in the kernel either way. Every other
+ * answers itself only opens the Python supervisor would allow without
+ * recording anything (supervisor.Supervisor._file_decision):
+ *  - a read of a normalised absolute path under a root the sandbox cannot
+ *    write (no symlink of its making on the way), as Python's fast path; or
+ *  - any other open (a write, a path under a writable root, a path relative
+ *    to the cwd or a dirfd) once resolved like Python resolves it (the
+ *    base's kernel name, realpath of the parent, a final component that is
+ *    not a symlink), if the result is under an allowed root and not under a
+ *    never-fast prefix (the decoy HOME, /proc/, /etc/shadow...).
+ * It answers CONTINUE: observe, never allow because of what was read
+ * (seccomp_unotify(2)); Landlock enforces the same roots in the kernel
+ * either way. Every other
  * notification (exec, connect, kill, an open anywhere else, a foreign ABI,
  * anything it cannot read) is forwarded unchanged, as the raw
  * struct seccomp_notif, to the Python supervisor through a pipe; Python
@@ -33,7 +38,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -59,7 +66,7 @@ typedef struct {
     uint32_t arch;
     uint64_t write_mask;
     unsigned char kinds[MAX_NR];
-    prefixes_t read_fast, write_fast, never_fast;
+    prefixes_t fixed_fast, read_fast, write_fast, never_fast;
     /* written by the thread, read after join */
     unsigned long long answered, forwarded;
     int error; /* errno that ended the thread, 0 for a normal stop */
@@ -97,11 +104,57 @@ static ssize_t read_string(pid_t pid, uint64_t addr, char *out, size_t limit)
     return -1;
 }
 
-static int read_u64(pid_t pid, uint64_t addr, uint64_t *value)
+/* struct open_how { u64 flags; u64 mode; u64 resolve; } of openat2 */
+static int read_how(pid_t pid, uint64_t addr, uint64_t how[3])
 {
-    struct iovec local = {value, sizeof *value};
-    struct iovec remote = {(void *)(uintptr_t)addr, sizeof *value};
-    return process_vm_readv(pid, &local, 1, &remote, 1, 0) == (ssize_t)sizeof *value ? 0 : -1;
+    struct iovec local = {how, 3 * sizeof(uint64_t)};
+    struct iovec remote = {(void *)(uintptr_t)addr, 3 * sizeof(uint64_t)};
+    return process_vm_readv(pid, &local, 1, &remote, 1, 0) == (ssize_t)(3 * sizeof(uint64_t)) ? 0 : -1;
+}
+
+/* No "..", "." or empty component that could make a prefix test lie
+ * (supervisor._normalised). */
+static int normalised(const char *path)
+{
+    size_t len = strlen(path);
+    if (strstr(path, "/..") || strstr(path, "//") || strstr(path, "/./"))
+        return 0;
+    return !(len >= 2 && path[len - 2] == '/' && path[len - 1] == '.');
+}
+
+/* Resolve an absolute, normalised path like supervisor._resolve does
+ * (os.path.realpath), but refuse (0) where they could differ: the parent
+ * must resolve, the last component must not be a symlink. */
+static int resolve(const char *path, char *out)
+{
+    const char *cut = strrchr(path, '/');
+    char parent[PATH_LIMIT + 1];
+    char real[PATH_MAX];
+    struct stat st;
+    size_t plen = (size_t)(cut - path);
+    if (!cut[1] || plen >= sizeof parent)
+        return 0;
+    memcpy(parent, path, plen);
+    parent[plen ? plen : 1] = '\0';
+    if (!plen)
+        parent[0] = '/';
+    if (!realpath(parent, real))
+        return 0;
+    size_t rlen = strlen(real);
+    if (rlen == 1)
+        rlen = 0; /* "/" */
+    if (rlen + 1 + strlen(cut + 1) >= PATH_LIMIT)
+        return 0;
+    memcpy(out, real, rlen);
+    out[rlen] = '/';
+    strcpy(out + rlen + 1, cut + 1);
+    if (lstat(out, &st) == 0) {
+        if (S_ISLNK(st.st_mode))
+            return 0;
+    } else if (errno != ENOENT) {
+        return 0;
+    }
+    return 1;
 }
 
 /* 1: answer CONTINUE here; 0: forward to Python. Mirrors the fast path of
@@ -119,11 +172,14 @@ static int fast_open(responder_t *r, const struct seccomp_notif *n, int kind)
     case KIND_OPEN: path_addr = a[0]; flags = a[1]; break;
     case KIND_CREAT: path_addr = a[0]; flags = O_CREAT | O_WRONLY; break;
     case KIND_OPENAT: dirfd = (int)(int32_t)a[0]; path_addr = a[1]; flags = a[2]; break;
-    case KIND_OPENAT2:
+    case KIND_OPENAT2: {
+        uint64_t how[3];
         dirfd = (int)(int32_t)a[0]; path_addr = a[1];
-        if (read_u64(n->pid, a[2], &flags))
-            return 0;
+        if (read_how(n->pid, a[2], how) || how[2])
+            return 0; /* RESOLVE_* (IN_ROOT changes what "/" means): Python decides */
+        flags = how[0];
         break;
+    }
     default: return 0;
     }
     ssize_t len = read_string(n->pid, path_addr, path, PATH_LIMIT);
@@ -150,14 +206,20 @@ static int fast_open(responder_t *r, const struct seccomp_notif *n, int kind)
         memcpy(path, base, (size_t)blen);
         path[blen] = '/';
     }
-    if (strstr(path, "/.."))
+    if (!normalised(path) || starts_with_any(path, &r->never_fast))
         return 0;
     int writing = (flags & r->write_mask) != 0;
-    if (!starts_with_any(path, writing ? &r->write_fast : &r->read_fast))
+    if (!writing && starts_with_any(path, &r->fixed_fast))
+        return 1;
+    /* realpath runs in our mount/pid view: /proc/self would be ours */
+    if (!strncmp(path, "/proc/", 6))
         return 0;
-    if (starts_with_any(path, &r->never_fast))
+    char resolved[PATH_LIMIT];
+    if (!resolve(path, resolved))
         return 0;
-    return 1;
+    if (starts_with_any(resolved, &r->never_fast))
+        return 0;
+    return starts_with_any(resolved, writing ? &r->write_fast : &r->read_fast);
 }
 
 /* Forward the raw notification to Python; wait for room, but not past a stop. */
@@ -244,6 +306,8 @@ static void *responder_main(void *arg)
         }
         r->forwarded++;
     }
+    /* End of file tells the supervisor we are gone (it then answers itself). */
+    close(r->forward_fd);
     return NULL;
 }
 
@@ -300,6 +364,7 @@ static int copy_prefixes(PyObject *seq, prefixes_t *out)
 
 static void destroy(responder_t *r)
 {
+    free_prefixes(&r->fixed_fast);
     free_prefixes(&r->read_fast);
     free_prefixes(&r->write_fast);
     free_prefixes(&r->never_fast);
@@ -310,15 +375,15 @@ static void destroy(responder_t *r)
 
 static PyObject *start(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    static char *names[] = {"listener", "forward_fd", "stop_fd", "arch", "kinds", "read_fast",
-                            "write_fast", "never_fast", "write_mask", NULL};
+    static char *names[] = {"listener", "forward_fd", "stop_fd", "arch", "kinds", "fixed_fast",
+                            "read_fast", "write_fast", "never_fast", "write_mask", NULL};
     int listener, forward_fd, stop_fd;
     unsigned long arch;
     unsigned long long write_mask;
-    PyObject *kinds, *read_fast, *write_fast, *never_fast;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iiikO!OOOK", names, &listener, &forward_fd,
-                                     &stop_fd, &arch, &PyDict_Type, &kinds, &read_fast,
-                                     &write_fast, &never_fast, &write_mask))
+    PyObject *kinds, *fixed_fast, *read_fast, *write_fast, *never_fast;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iiikO!OOOOK", names, &listener, &forward_fd,
+                                     &stop_fd, &arch, &PyDict_Type, &kinds, &fixed_fast,
+                                     &read_fast, &write_fast, &never_fast, &write_mask))
         return NULL;
     responder_t *r = calloc(1, sizeof *r);
     if (!r)
@@ -339,7 +404,8 @@ static PyObject *start(PyObject *self, PyObject *args, PyObject *kwargs)
         if (nr >= 0 && nr < MAX_NR && kind >= KIND_OPEN && kind <= KIND_OPENAT2)
             r->kinds[nr] = (unsigned char)kind;
     }
-    if (copy_prefixes(read_fast, &r->read_fast) || copy_prefixes(write_fast, &r->write_fast) ||
+    if (copy_prefixes(fixed_fast, &r->fixed_fast) || copy_prefixes(read_fast, &r->read_fast) ||
+        copy_prefixes(write_fast, &r->write_fast) ||
         copy_prefixes(never_fast, &r->never_fast)) {
         destroy(r);
         return NULL;
@@ -353,20 +419,22 @@ static PyObject *start(PyObject *self, PyObject *args, PyObject *kwargs)
     /* The thread inherits a mask blocking every signal: SIGINT/SIGTERM must
      * reach the main thread, whose epoll they interrupt (Python's handlers run
      * there); delivered here, Ctrl-C would wait for the next event. */
+    PyObject *capsule = PyCapsule_New(r, CAPSULE, NULL); /* before the thread: no failure after it */
+    if (!capsule) {
+        destroy(r);
+        return NULL;
+    }
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);
     int err = pthread_create(&r->thread, NULL, responder_main, r);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (err) {
+        PyCapsule_SetName(capsule, "pipguard._responder.failed");
+        Py_DECREF(capsule);
         destroy(r);
         errno = err;
         return PyErr_SetFromErrno(PyExc_OSError);
-    }
-    PyObject *capsule = PyCapsule_New(r, CAPSULE, NULL);
-    if (!capsule) { /* cannot happen in practice; never leave the thread unjoined */
-        pthread_join(r->thread, NULL);
-        destroy(r);
     }
     return capsule;
 }
@@ -388,10 +456,11 @@ static PyObject *join(PyObject *self, PyObject *capsule)
 
 static PyMethodDef methods[] = {
     {"start", (PyCFunction)(void (*)(void))start, METH_VARARGS | METH_KEYWORDS,
-     "start(listener, forward_fd, stop_fd, arch, kinds, read_fast, write_fast, never_fast,"
+     "start(listener, forward_fd, stop_fd, arch, kinds, fixed_fast, read_fast, write_fast, never_fast,"
      " write_mask) -> handle\n\nStart the responder thread on a seccomp listener fd. kinds maps"
      " syscall numbers to 1 open, 2 creat, 3 openat, 4 openat2. Notifications it does not answer"
-     " are written, raw, to forward_fd. A byte on stop_fd stops it."},
+     " are written, raw, to forward_fd, which the thread owns and closes when it ends. A byte on"
+     " stop_fd stops it."},
     {"join", join, METH_O,
      "join(handle) -> (answered, forwarded, errno)\n\nWait for the thread to end (write to stop_fd"
      " first) and free it."},

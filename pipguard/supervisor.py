@@ -52,6 +52,14 @@ from pipguard._hook._pipguard_hook import (  # noqa: E402
 )
 
 
+_RESOLVE_IN_ROOT = 0x10  # linux/openat2.h
+
+
+def _normalised(path: str) -> bool:
+    """No "..", ".", or empty component that could make a prefix test lie."""
+    return "/.." not in path and "//" not in path and "/./" not in path and not path.endswith("/.")
+
+
 def _join_responder(handle):
     from pipguard import _responder  # type: ignore[attr-defined]
 
@@ -137,6 +145,10 @@ class Supervisor:
         self._read_fast = tuple(r + "/" for r in (*SYSTEM_READ, "/etc", *self._read_roots, *sandbox_roots)
                                 if r not in ("/proc", "/sys"))
         # never fast: decoy home, secrets in /etc, /proc (other processes)
+        # Reads under these may skip realpath: the sandbox cannot plant symlinks
+        # there (not writable, nor inside anything writable).
+        self._fixed_fast = tuple(r for r in self._read_fast if not any(
+            r.startswith(w + "/") for w in self._write_roots))
         self._never_fast = (plan.home_dir.rstrip("/") + "/", "/etc/shadow", "/etc/gshadow",
                             "/etc/ssh/", "/proc/")
         self._network = "all" if policy.allow_network else ("hosts" if policy.allow_hosts else "none")
@@ -235,18 +247,22 @@ class Supervisor:
         if note is not None:
             self._dispatch(listener, note)
 
-    def _read_forwarded(self, fd: int, listener: int) -> None:
-        """Notifications the native responder did not answer itself, raw."""
+    def _read_forwarded(self, fd: int, listener: int) -> bool:
+        """Notifications the native responder did not answer itself, raw.
+        False at end of file: the thread has ended (it closes its end)."""
         try:
             data = os.read(fd, notify.NOTIF_SIZE * 64)
         except BlockingIOError:
-            return
+            return True
+        if not data:
+            return False
         self._forward_buf += data
         size = notify.NOTIF_SIZE
         whole = len(self._forward_buf) - len(self._forward_buf) % size
         chunk, self._forward_buf = self._forward_buf[:whole], self._forward_buf[whole:]
         for offset in range(0, whole, size):
             self._dispatch(listener, notify.decode(chunk[offset:offset + size]))
+        return True
 
     def _start_responder(self, listener: int):
         """Hand the listener to the native responder thread (pipguard/_responder.c),
@@ -265,6 +281,7 @@ class Supervisor:
             handle = _responder.start(
                 listener=listener, forward_fd=forward_w, stop_fd=stop_r, arch=self._native_arch,
                 kinds={nr: kinds[name] for nr, name in self._names.items() if name in kinds},
+                fixed_fast=[os.fsencode(p) for p in self._fixed_fast],
                 read_fast=[os.fsencode(p) for p in self._read_fast],
                 write_fast=[os.fsencode(p) for p in self._write_fast],
                 never_fast=[os.fsencode(p) for p in self._never_fast],
@@ -273,21 +290,29 @@ class Supervisor:
             for fd in (forward_r, forward_w, stop_r, stop_w):
                 os.close(fd)
             return None
-        return handle, forward_r, forward_w, stop_r, stop_w
+        # forward_w belongs to the thread from now on: it closes it when it ends
+        return handle, forward_r, stop_r, stop_w
 
     def _stop_responder(self, responder, listener: int) -> None:
-        handle, forward_r, forward_w, stop_r, stop_w = responder
+        handle, forward_r, stop_r, stop_w = responder
         os.write(stop_w, b"x")
         answered, forwarded, error = _join_responder(handle)
         self.evidence.supervision.update(responder="native", answered_natively=answered)
         if error:
             self.evidence.supervision["responder_error"] = os.strerror(error)
         try:  # what it forwarded before it stopped still needs an answer
-            self._read_forwarded(forward_r, listener)
+            while self._read_forwarded(forward_r, listener) and self._forward_pending(forward_r):
+                pass
         except OSError:
             pass
-        for fd in (forward_r, forward_w, stop_r, stop_w):
+        for fd in (forward_r, stop_r, stop_w):
             os.close(fd)
+
+    @staticmethod
+    def _forward_pending(fd: int) -> bool:
+        import select
+
+        return bool(select.select([fd], [], [], 0)[0])
 
     def _dispatch(self, listener: int, note: notify.Notification) -> None:
         self.notifications += 1
@@ -646,16 +671,20 @@ class Supervisor:
         return parts[3] in _PROC_PRIVATE
 
     def _file_decision(self, note: notify.Notification, dirfd: int, path_addr: int,
-                       flags: int) -> int:
+                       flags: int, in_root: bool = False) -> int:
         raw = self.memory.string(note.pid, path_addr)
         if not raw:
             return 0
+        if in_root:  # openat2 RESOLVE_IN_ROOT: "/" means dirfd
+            raw = raw.lstrip("/") or "."
         writing = bool(flags & _WRITE_FLAGS)
-        # Fast path (the hot one: every open of a build): an absolute path
-        # without ".." under a root this sandbox may use needs no realpath.
-        # Landlock enforces either way; the full check below matters only
-        # for evidence and for the decoy HOME, which is never fast-pathed.
-        if raw.startswith(self._write_fast if writing else self._read_fast) and "/.." not in raw \
+        # Fast path (the hot one: every open of a build): a read of a normalised
+        # absolute path under a root the sandbox cannot write (so no symlink
+        # of its own making on the way) needs no realpath. Everything else is
+        # resolved: Landlock grants all of /proc, so "proc-other-process" and
+        # the decoy HOME's rules are enforced here. (The native responder does
+        # the same, and resolves the rest itself; see pipguard/_responder.c.)
+        if not writing and raw.startswith(self._fixed_fast) and _normalised(raw) \
                 and not raw.startswith(self._never_fast):
             return 0
         path = self._resolve(note.pid, dirfd, raw)
@@ -706,11 +735,13 @@ class Supervisor:
     def _on_openat2(self, note: notify.Notification) -> int:
         import struct
 
-        raw = self.memory.read(note.pid, note.args[2], 8)
-        flags = struct.unpack("=Q", raw)[0] if len(raw) == 8 else 0
+        # struct open_how { u64 flags; u64 mode; u64 resolve; }
+        raw = self.memory.read(note.pid, note.args[2], 24)
+        flags, _mode, resolve = struct.unpack("=QQQ", raw) if len(raw) == 24 else (0, 0, 0)
         dirfd = note.args[0] & 0xFFFFFFFF
         dirfd = dirfd - (1 << 32) if dirfd >= 1 << 31 else dirfd
-        return self._file_decision(note, dirfd, note.args[1], flags)
+        return self._file_decision(note, dirfd, note.args[1], flags,
+                                   in_root=bool(resolve & _RESOLVE_IN_ROOT))
 
     # --------------------------------------------------------------- lifetime
     def descendants(self) -> Set[int]:
@@ -850,9 +881,14 @@ class Supervisor:
                             sel.unregister(listener)
                     elif key.data == "forwarded" and listener is not None:
                         try:
-                            self._read_forwarded(key.fd, listener)
+                            alive = self._read_forwarded(key.fd, listener)
                         except OSError:
+                            alive = False
+                        if not alive:  # the thread ended early: Python answers from now on
                             sel.unregister(key.fd)
+                            sel.register(listener, selectors.EVENT_READ, "notify")
+                            self.evidence.supervision.setdefault(
+                                "responder_error", "the native responder stopped; Python took over")
                     elif key.data == "exit":
                         root_done = True
                 if pidfd is None and self.started.process.poll() is not None:
@@ -915,9 +951,12 @@ class Supervisor:
                         pass
                 elif key.data == "forwarded":
                     try:
-                        self._read_forwarded(key.fd, listener)
+                        running = self._read_forwarded(key.fd, listener)
                     except OSError:
-                        pass
+                        running = False
+                    if not running:
+                        sel.unregister(key.fd)
+                        sel.register(listener, selectors.EVENT_READ, "notify")
                 elif key.data == "fifo":
                     self._read_fifo(fifo)
             self._reap()

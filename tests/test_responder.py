@@ -1,5 +1,10 @@
 """The supervisor's native responder (pipguard/_responder.c) against the Python one.
 
+The second half of this file came from a review of the responder: it found opens the
+native thread answered CONTINUE where Python blocks and reports (relative paths through
+symlinks, "//" and "/./", a symlink in a writable root to another process's /proc), two of
+them shared with the Python fast path. Every case below failed before the fix.
+
 The native thread answers only opens that the Python fast path answers without evidence;
 everything else (here: relative and dirfd-relative opens whose base is a home, paths with
 "..") must reach the Python supervisor and be blocked AND reported exactly as before. Every
@@ -93,3 +98,113 @@ def test_allowed_opens_pass_and_are_answered_by_the_right_responder(responder, t
             assert supervision["answered_natively"] >= 3, supervision
         else:
             assert supervision["answered_natively"] == 0, supervision
+
+
+# --- from the review ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("action", ["read-from", "read-at"])
+def test_relative_path_through_symlink_into_home_is_reported(responder, action, try_one_bin,
+                                                             work, fake_home):
+    """work/h -> $HOME; open("h/.ssh/id_rsa") relative to the build dir (cwd or dirfd).
+
+    Python: relative -> realpath -> $HOME/.ssh/id_rsa -> secret-read, EACCES.
+    Native: "<work>/h/.ssh/id_rsa" starts with "<work>/" (a read_fast root) -> CONTINUE;
+    Landlock says EACCES, no event."""
+    secret = fake_home.secrets["id_rsa"]
+    (work / "h").symlink_to(fake_home.path, target_is_directory=True)
+    rel = os.path.join("h", os.path.relpath(secret, fake_home.path))
+    out, r = _run(responder, [try_one_bin, action, work, rel], work=work, home=fake_home)
+    assert not out["ok"] and out["errno"] == errno.EACCES, out
+    events = r.blocked(kind="file-read", layer="supervisor")
+    assert [e["target"] for e in events] == [str(secret)], r.report["events"]
+    assert events[0]["rule"] == "secret-read"
+
+
+@requires("root")  # /etc/shadow is readable for root only (DAC); the point is Landlock + evidence
+@pytest.mark.parametrize("action, base, rel", [
+    ("read-from", "/etc", "./shadow"),
+    ("read-at", "/etc", "./shadow"),
+    ("read-at", "/", "etc//shadow"),
+    ("read-at", "/", "etc/./shadow"),
+])
+def test_relative_dot_or_double_slash_secret_in_etc_is_reported(responder, action, base, rel,
+                                                                 try_one_bin, work, fake_home):
+    """never_fast has "/etc/shadow"; the joined "/etc/./shadow" or "/etc//shadow" does not
+    start with it but starts with "/etc/" (read_fast) -> native CONTINUE, no evidence."""
+    if not os.path.exists("/etc/shadow"):
+        pytest.skip("no /etc/shadow")
+    out, r = _run(responder, [try_one_bin, action, base, rel], work=work, home=fake_home)
+    assert not out["ok"] and out["errno"] == errno.EACCES, out
+    events = r.blocked(kind="file-read", layer="supervisor")
+    assert [(e["target"], e["rule"]) for e in events] == [("/etc/shadow", "secret-read")], \
+        r.report["events"]
+
+
+# --- pre-existing in the Python fast path too (not introduced by the C, same prefix test) -----
+
+@requires("root")
+@pytest.mark.parametrize("path", ["/etc/./shadow", "/etc//shadow"])
+def test_absolute_unnormalised_secret_path_is_reported(responder, path, try_one_bin, work,
+                                                       fake_home):
+    """Both fast paths test never_fast against the raw string: "/etc/./shadow" and
+    "/etc//shadow" escape "/etc/shadow" while matching "/etc/"; EACCES comes from Landlock
+    alone and no secret-read is recorded (either responder)."""
+    if not os.path.exists("/etc/shadow"):
+        pytest.skip("no /etc/shadow")
+    out, r = _run(responder, [try_one_bin, "read", path], work=work, home=fake_home)
+    assert not out["ok"] and out["errno"] == errno.EACCES, out
+    events = r.blocked(kind="file-read", layer="supervisor")
+    assert [(e["target"], e["rule"]) for e in events] == [("/etc/shadow", "secret-read")], \
+        r.report["events"]
+
+
+def test_relative_write_through_symlink_into_sandbox_home_is_refused(responder, try_one_bin, work,
+                                                                     fake_home):
+    """Not only evidence: the outcome differs. $TMPDIR/h -> $HOME (the sandbox's own HOME, a
+    Landlock write root); write("h/.bashrc") relative to $TMPDIR.
+
+    Python: relative -> realpath -> <sandbox home>/.bashrc -> "persistence", EACCES.
+    Native: "<tmp>/h/.bashrc" starts with "<tmp>/" (write_fast) -> CONTINUE; Landlock
+    allows the sandbox home, so the write SUCCEEDS and nothing is recorded."""
+    helper = work / "try_one"  # the build dir is readable; the helper's own dir is not here
+    helper.write_bytes(open(try_one_bin, "rb").read())
+    helper.chmod(0o755)
+    script = f'cd "$TMPDIR" && ln -s "$HOME" h && exec {helper} write h/.bashrc'
+    out, r = _run(responder, ["/bin/sh", "-c", script], work=work, home=fake_home)
+    assert not out["ok"] and out["errno"] == errno.EACCES, out
+    rules = [e["rule"] for e in r.blocked(kind="file-write", layer="supervisor")]
+    assert rules == ["persistence"], r.report["events"]
+
+
+@pytest.mark.parametrize("action", ["read-from", "read-at"])
+def test_relative_path_through_symlink_into_other_process_proc_is_refused(responder, action,
+                                                                          try_one_bin, work,
+                                                                          fake_home):
+    """work/p -> /proc/<pid of this test process, outside the sandbox>; open("p/cmdline")
+    relative to the build dir.
+
+    Python: realpath -> /proc/<pid>/cmdline -> "proc-other-process", EACCES.
+    Native: "<work>/p/cmdline" is under a read_fast root and not under "/proc/" -> CONTINUE;
+    Landlock grants /proc and cmdline needs no ptrace access, so the read SUCCEEDS."""
+    outside = os.getpid()
+    (work / "p").symlink_to(f"/proc/{outside}", target_is_directory=True)
+    out, r = _run(responder, [try_one_bin, action, work, "p/cmdline"], work=work, home=fake_home)
+    assert not out["ok"] and out["errno"] == errno.EACCES, out
+    events = r.blocked(kind="file-read", layer="supervisor")
+    assert [(e["target"], e["rule"]) for e in events] == [
+        (f"/proc/{outside}/cmdline", "proc-other-process")], r.report["events"]
+
+
+def test_absolute_path_through_symlink_into_other_process_proc_is_refused(responder, try_one_bin,
+                                                                          work, fake_home):
+    """Pre-existing, both responders: the same symlink named by an ABSOLUTE path passes the
+    Python fast path too ("<work>/p/cmdline" is under "<work>/", not under "/proc/"), so the
+    proc-other-process refusal is bypassed deterministically by any sandboxed process that can
+    create a symlink in its build dir or $TMPDIR."""
+    outside = os.getpid()
+    (work / "p").symlink_to(f"/proc/{outside}", target_is_directory=True)
+    out, r = _run(responder, [try_one_bin, "read", work / "p" / "cmdline"], work=work,
+                  home=fake_home)
+    assert not out["ok"] and out["errno"] == errno.EACCES, out
+    assert r.targets(kind="file-read", layer="supervisor") == [f"/proc/{outside}/cmdline"], \
+        r.report["events"]
