@@ -99,6 +99,16 @@ def test_doctor_json(work):
     assert {c["name"] for c in data["checks"]} >= {"landlock.fs", "seccomp"}
 
 
+def test_package_exports_the_library_api():
+    import pipguard
+    from pipguard import sandbox
+    from pipguard.policy import Policy
+
+    assert pipguard.run is sandbox.run and pipguard.Policy is Policy
+    with pytest.raises(AttributeError):
+        pipguard.no_such_name
+
+
 def test_library_rejects_unknown_policy_settings():
     from pipguard.errors import PolicyError
     from pipguard.sandbox import run_sandboxed
@@ -108,7 +118,7 @@ def test_library_rejects_unknown_policy_settings():
 
 
 def test_run_sandboxed_returns_status(work):
-    from pipguard.sandbox import run_sandboxed
+    from pipguard import run_sandboxed  # the package exports it (lazily)
 
     assert run_sandboxed(["sh", "-c", "exit 7"], cwd=str(work)) == 7
     assert run_sandboxed(["sleep", "30"], cwd=str(work), timeout=1) == 124
