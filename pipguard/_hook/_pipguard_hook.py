@@ -287,8 +287,16 @@ def _make_hook(config, dumps=None):
     # lstat and one link for files); see the module docstring.
     files, dirs = {}, {}
 
+    def same_dir(path, hit, stat_fn):
+        """Does ``path`` still lead to the directory cached as ``hit``?"""
+        try:
+            st = stat_fn(path)
+        except OSError:
+            return False
+        return st.st_ino == hit[0] and st.st_dev == hit[1]
+
     def locate_dir(path, _dirs=dirs, _stat=stat, _lstat=lstat, _getcwd=getcwd,
-                   _resolve=resolve, _max=CACHE_MAX):
+                   _resolve=resolve, _max=CACHE_MAX, _same=same_dir):
         """Physical path of the directory ``path``, or None (caller falls back
         to resolve()): the deepest cached ancestor still valid, then one
         lstat per component below it."""
@@ -296,11 +304,7 @@ def _make_hook(config, dumps=None):
         while True:
             hit = _dirs.get(path)
             if hit is not None:
-                try:
-                    st = _stat(path)
-                except OSError:
-                    st = None
-                if st is not None and st.st_ino == hit[0] and st.st_dev == hit[1]:
+                if _same(path, hit, _stat):
                     base = hit[2]
                     break
                 _dirs.pop(path, None)
@@ -352,7 +356,7 @@ def _make_hook(config, dumps=None):
         return base
 
     def locate(path, follow=True, _files=files, _dirs=dirs, _stat=stat, _lstat=lstat,
-               _dir=locate_dir, _resolve=resolve, _max=CACHE_MAX):
+               _dir=locate_dir, _resolve=resolve, _max=CACHE_MAX, _same=same_dir):
         """``resolve(path, follow_last=follow)`` for a str, in one or two
         system calls when the caches know the path or its directory."""
         if follow:
@@ -369,11 +373,7 @@ def _make_hook(config, dumps=None):
                 _files.pop(path, None)
             hit = _dirs.get(path)
             if hit is not None:
-                try:
-                    st = _stat(path)
-                except OSError:
-                    st = None
-                if st is not None and st.st_ino == hit[0] and st.st_dev == hit[1]:
+                if _same(path, hit, _stat):
                     return hit[2]
                 _dirs.pop(path, None)
         cut = path.rfind("/")
@@ -388,11 +388,7 @@ def _make_hook(config, dumps=None):
         base = None
         hit = _dirs.get(parent)  # the common case of locate_dir(), inline
         if hit is not None:
-            try:
-                st = _stat(parent)
-            except OSError:
-                st = None
-            if st is not None and st.st_ino == hit[0] and st.st_dev == hit[1]:
+            if _same(parent, hit, _stat):
                 base = hit[2]
             else:
                 _dirs.pop(parent, None)
