@@ -213,7 +213,7 @@ def _doctor(fmt) -> None:
     else:
         tabulate = render.load_tabulate()
         rows = [(c.name, c.status, c.detail) for c in checks]
-        click.echo(tabulate(rows, headers=("layer", "status", "detail")))
+        click.echo(tabulate(rows, headers=("layer", "status", "detail"), disable_numparse=True))
         click.echo("\ndefault isolation: " + ("DEGRADED" if degraded else "complete"))
     raise SystemExit(exitcodes.REFUSED if degraded else exitcodes.OK)
 

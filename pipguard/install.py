@@ -548,12 +548,12 @@ class Installer:
         # a path would be recorded as the origin (direct_url.json), and
         # ``pip freeze`` would then print "NAME @ file:///tmp/...whl".
         folder = os.path.join(stage, "verified")
+        by_name, wheels = self._by_name(installables, folder)
         args = self._pip("install", "--no-deps", "--no-index", "--no-build-isolation",
-                         *(["--upgrade"] if self.options.upgrade else []),
-                         *self._by_name(installables, folder))[3:]
+                         *(["--upgrade"] if self.options.upgrade else []), *by_name)[3:]
         try:
             assert self._warm is not None
-            returncode, output = self._warm.run(args)
+            returncode, output = self._warm.run(args, wheels)
         except KeyboardInterrupt:
             return self._result("interrupted", packages, all_findings,
                                 "interrupted during the final pip install of verified wheels: pip "
@@ -567,11 +567,14 @@ class Installer:
         return self._result("installed", packages, all_findings, "installed")
 
     @staticmethod
-    def _by_name(installables: Sequence[str], folder: str) -> List[str]:
+    def _by_name(installables: Sequence[str], folder: str
+                 ) -> Tuple[List[str], List[Tuple[str, str, str]]]:
         """pip arguments installing exactly ``installables`` by NAME==VERSION
-        from ``folder``, which gets hard links (or copies) of them and nothing else."""
+        from ``folder``, which gets hard links (or copies) of them and nothing
+        else; and the same as (name, version, path in folder) for WarmPip."""
         os.makedirs(folder, exist_ok=True)
         args = ["--find-links", os.path.abspath(folder)]
+        wheels = []
         for path in installables:
             target = os.path.join(folder, os.path.basename(path))
             try:
@@ -580,7 +583,8 @@ class Installer:
                 shutil.copy2(path, target)
             name, version, _sdist = parse_artifact(path)
             args.append(f"{name}=={version}")
-        return args
+            wheels.append((name, version, os.path.abspath(target)))
+        return args, wheels
 
     def _resolve_failure(self, what: str, report: Report) -> str:
         message = _pip_failure(what, report)

@@ -363,3 +363,17 @@ def test_sarif_dropped_and_escaped():
     res = run["results"][0]
     assert "\x1b" not in res["message"]["text"]
     assert res["properties"]["target"] == "/x\x1b[2J"  # raw evidence kept
+
+
+def test_install_table_keeps_versions_as_written():
+    # tabulate parses "3.10" as the number 3.1 unless told not to
+    from pipguard.install import InstallResult, PackageResult
+    from pipguard.render import install as install_render
+
+    result = InstallResult(("pipguard", "install"), "installed", (),
+                           (PackageResult("idna", "3.10", "idna-3.10-py3-none-any.whl", "0" * 64,
+                                          True, "clean"),
+                            PackageResult("x", "1.0", "x-1.0-py3-none-any.whl", "0" * 64,
+                                          False, "clean")), ())
+    text = install_render.table(result)
+    assert " 3.10 " in text and " 1.0 " in text, text

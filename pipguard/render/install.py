@@ -24,12 +24,14 @@ def table(result, *, color: bool = False) -> str:
         rows = [(p.name, p.version, "sdist" if p.from_sdist else "wheel", p.verdict,
                  len(p.findings), len(p.events)) for p in result.packages]
         lines += ["", tabulate(rows, headers=("package", "version", "from", "verdict",
-                                              "findings", "blocked"))]
+                                              "findings", "blocked"),
+                                     disable_numparse=True)]  # "3.10" is a version, not 3.1
     findings = [f for p in result.packages for f in p.findings] or list(result.findings)
     if findings:
         finding_rows = [(f.package, f.severity, f.rule, f.member, f.message[:80]) for f in findings[:50]]
         lines += ["", f"Gate findings ({len(findings)}):",
-                  tabulate(finding_rows, headers=("package", "severity", "rule", "member", "message"))]
+                  tabulate(finding_rows, headers=("package", "severity", "rule", "member", "message"),
+                           disable_numparse=True)]
     for phase in result.phases:
         text = blocked_table(phase.report.events, phase.report.processes, color=color)
         if text:
