@@ -884,11 +884,13 @@ class Supervisor:
                             alive = self._read_forwarded(key.fd, listener)
                         except OSError:
                             alive = False
-                        if not alive:  # the thread ended early: Python answers from now on
+                        if not alive:
+                            # The thread ended: normally because no sandboxed task is
+                            # left (the listener hung up) and the exit event is on its
+                            # way; on an error, join() reports it. Either way Python
+                            # answers from now on.
                             sel.unregister(key.fd)
                             sel.register(listener, selectors.EVENT_READ, "notify")
-                            self.evidence.supervision.setdefault(
-                                "responder_error", "the native responder stopped; Python took over")
                     elif key.data == "exit":
                         root_done = True
                 if pidfd is None and self.started.process.poll() is not None:
