@@ -43,6 +43,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #define KIND_OPEN 1    /* open(path, flags)               */
@@ -70,6 +71,7 @@ typedef struct {
     /* written by the thread, read after join */
     unsigned long long answered, forwarded;
     int error; /* errno that ended the thread, 0 for a normal stop */
+    double cpu_seconds; /* the thread's own CPU time: what answering cost */
 } responder_t;
 
 static int starts_with_any(const char *s, const prefixes_t *p)
@@ -306,6 +308,9 @@ static void *responder_main(void *arg)
         }
         r->forwarded++;
     }
+    struct timespec cpu;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu) == 0)
+        r->cpu_seconds = cpu.tv_sec + cpu.tv_nsec / 1e9;
     /* End of file tells the supervisor we are gone (it then answers itself). */
     close(r->forward_fd);
     return NULL;
@@ -449,7 +454,8 @@ static PyObject *join(PyObject *self, PyObject *capsule)
     Py_BEGIN_ALLOW_THREADS
     pthread_join(r->thread, NULL);
     Py_END_ALLOW_THREADS
-    PyObject *result = Py_BuildValue("(KKi)", r->answered, r->forwarded, r->error);
+    PyObject *result = Py_BuildValue("(KKid)", r->answered, r->forwarded, r->error,
+                                     r->cpu_seconds);
     destroy(r);
     return result;
 }
@@ -462,7 +468,7 @@ static PyMethodDef methods[] = {
      " are written, raw, to forward_fd, which the thread owns and closes when it ends. A byte on"
      " stop_fd stops it."},
     {"join", join, METH_O,
-     "join(handle) -> (answered, forwarded, errno)\n\nWait for the thread to end (write to stop_fd"
+     "join(handle) -> (answered, forwarded, errno, cpu_seconds)\n\nWait for the thread to end (write to stop_fd"
      " first) and free it."},
     {NULL, NULL, 0, NULL},
 };

@@ -296,8 +296,9 @@ class Supervisor:
     def _stop_responder(self, responder, listener: int) -> None:
         handle, forward_r, stop_r, stop_w = responder
         os.write(stop_w, b"x")
-        answered, forwarded, error = _join_responder(handle)
-        self.evidence.supervision.update(responder="native", answered_natively=answered)
+        answered, forwarded, error, cpu_seconds = _join_responder(handle)
+        self.evidence.supervision.update(responder="native", answered_natively=answered,
+                                         native_cpu_ms=round(cpu_seconds * 1000, 1))
         if error:
             self.evidence.supervision["responder_error"] = os.strerror(error)
         try:  # what it forwarded before it stopped still needs an answer

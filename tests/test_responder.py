@@ -98,6 +98,7 @@ def test_allowed_opens_pass_and_are_answered_by_the_right_responder(responder, t
         if responder == "native":
             # the loader's and the helper's opens never reached Python
             assert supervision["answered_natively"] >= 3, supervision
+            assert supervision["native_cpu_ms"] > 0, supervision
         else:
             assert supervision["answered_natively"] == 0, supervision
 
@@ -207,6 +208,22 @@ def test_absolute_path_through_symlink_into_other_process_proc_is_refused(respon
     (work / "p").symlink_to(f"/proc/{outside}", target_is_directory=True)
     out, r = _run(responder, [try_one_bin, "read", work / "p" / "cmdline"], work=work,
                   home=fake_home)
+    assert not out["ok"] and out["errno"] == errno.EACCES, out
+    assert r.targets(kind="file-read", layer="supervisor") == [f"/proc/{outside}/cmdline"], \
+        r.report["events"]
+
+
+@pytest.mark.parametrize("how", ["absolute", "relative"])
+def test_symlink_as_last_component_into_other_process_proc_is_refused(responder, how, try_one_bin,
+                                                                      work, fake_home):
+    """work/c -> /proc/<pid outside>/cmdline, opened as "<work>/c" or "c": the parent
+    resolves to the build dir itself, so only checking the LAST component (is it a
+    symlink?) sends this to Python, which follows it and refuses."""
+    outside = os.getpid()
+    (work / "c").symlink_to(f"/proc/{outside}/cmdline")
+    argv = ([try_one_bin, "read", work / "c"] if how == "absolute"
+            else [try_one_bin, "read-from", work, "c"])
+    out, r = _run(responder, argv, work=work, home=fake_home)
     assert not out["ok"] and out["errno"] == errno.EACCES, out
     assert r.targets(kind="file-read", layer="supervisor") == [f"/proc/{outside}/cmdline"], \
         r.report["events"]
