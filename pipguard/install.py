@@ -22,9 +22,8 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
-from pipguard import gate
 from pipguard.files import sha256
 from pipguard.pipwarm import WarmPip
 from pipguard.plan import precompile_hook
@@ -32,7 +31,14 @@ from pipguard.errors import PipError, UsageError
 from pipguard.policy import Policy
 from pipguard.report import Event, FileWritten, LayerStatus, NetworkAttempt, ProcessRecord, Report
 
+if TYPE_CHECKING:  # imported where it scans: tarfile, zipfile, lzma... (~15 ms a start)
+    from pipguard import gate
+
 Progress = Callable[[str], None]
+
+def _import_gate() -> None:
+    from pipguard import gate  # noqa: F401
+
 
 #: gate severities that refuse an install
 REFUSING_SEVERITIES = ("critical", "high")
@@ -371,7 +377,9 @@ class Installer:
             timeout=self.build_timeout, keep_env=self.keep_env, observe_reads=self.observe_reads,
         )
         # The sandboxed pip reads no config file: its sources are explicit.
-        report = run(list(argv), policy, cwd=cwd, env=dict(self.env, PIP_CONFIG_FILE=os.devnull))
+        # While its first process confines itself, import the gate (used next).
+        report = run(list(argv), policy, cwd=cwd, env=dict(self.env, PIP_CONFIG_FILE=os.devnull),
+                     meanwhile=_import_gate)
         self.phases.append(Phase(name, package, report))
         if report.error and report.error.startswith("interrupted"):
             raise KeyboardInterrupt  # the sandbox is already gone; stop before the next phase
@@ -607,6 +615,8 @@ class Installer:
         return out
 
     def _scan(self, art: Artifact) -> Sequence[gate.Finding]:
+        from pipguard import gate
+
         if art.path.endswith(".whl"):
             return gate.scan_wheel(art.path)
         return gate.scan_sdist(art.path)

@@ -36,8 +36,10 @@ except ImportError:
 try:
     from pip._internal.commands import create_command
     create_command("install")
+    from pip._internal.utils.compatibility_tags import get_supported
+    TAGS = get_supported()  # this interpreter's wheel tags: the same before and after the build
 except Exception:
-    pass  # an unusual pip: main() imports what it needs later
+    TAGS = None  # an unusual pip: main() imports what it needs later
 line = sys.stdin.readline()
 if not line.strip():
     sys.exit(0)
@@ -55,7 +57,6 @@ def direct(wheels):
         from pip._internal.metadata import get_default_environment
         from pip._internal.models.wheel import Wheel
         from pip._internal.operations.install.wheel import install_wheel
-        from pip._internal.utils.compatibility_tags import get_supported
     except Exception:
         return None
     code = install_wheel.__code__
@@ -63,8 +64,10 @@ def direct(wheels):
               "warn_script_location", "direct_url", "requested"}
     if not wanted <= set(code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]):
         return None
+    if TAGS is None:
+        return None
     try:
-        installed, tags = get_default_environment(), get_supported()
+        installed, tags = get_default_environment(), TAGS
         for name, version, path in wheels:
             if installed.get_distribution(name) is not None:
                 return None  # pip decides: already satisfied, upgrade, reinstall
@@ -90,7 +93,12 @@ if command.get("wheels"):
         print("ERROR: " + (str(error) or type(error).__name__), flush=True)
         sys.exit(1)
     if status is not None:
-        sys.exit(status)
+        # Done: skip the interpreter's teardown of all of pip (~20 ms); every
+        # file install_wheel wrote is closed already.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        import os
+        os._exit(status)
 from pip._internal.cli.main import main
 sys.exit(main(command["args"]))
 """
