@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # imported where it scans: tarfile, zipfile, lzma... (~15 ms 
 
 Progress = Callable[[str], None]
 
+
 def _import_gate() -> None:
     from pipguard import gate  # noqa: F401
 

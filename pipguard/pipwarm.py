@@ -1,7 +1,8 @@
 """A pip of the target interpreter that starts while the sandboxed build runs.
 
-The last phase of ``pipguard install`` is an ordinary ``pip install`` of the
-verified wheels, outside the sandbox (installing a wheel runs no package code).
+The last phase of ``pipguard install`` installs the verified wheels outside the
+sandbox (installing a wheel runs no package code): with pip's ``install_wheel``
+or, where that is not plainly equivalent, an ordinary ``pip install``.
 About 0.3 s of that pip is importing itself (pip 23: ``pip._internal`` and its
 install command), which costs the same for one package or fifty. ``WarmPip``
 starts that interpreter at the beginning of the install, lets it import pip
@@ -28,6 +29,7 @@ from typing import Dict, List, Sequence, Tuple
 # ~0.18 s a command). Anything else (an upgrade, a system interpreter, a pip
 # whose internals differ) runs the full ``pip install`` with "args".
 _WARM_SCRIPT = """\
+import os
 import sys
 try:
     import pip  # noqa: F401
@@ -49,10 +51,9 @@ command = json.loads(line)
 
 def direct(wheels):
     \"\"\"Install with pip's install_wheel, or None if this case is not plain.\"\"\"
-    if sys.prefix == getattr(sys, "base_prefix", sys.prefix):
-        return None  # not a venv: externally-managed and --user decisions are pip's
+    if sys.prefix == getattr(sys, "base_prefix", sys.prefix) or TAGS is None:
+        return None  # not a venv (externally-managed and --user are pip's decisions), or odd pip
     try:
-        import os
         from pip._internal.locations import get_scheme
         from pip._internal.metadata import get_default_environment
         from pip._internal.models.wheel import Wheel
@@ -64,14 +65,12 @@ def direct(wheels):
               "warn_script_location", "direct_url", "requested"}
     if not wanted <= set(code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]):
         return None
-    if TAGS is None:
-        return None
     try:
-        installed, tags = get_default_environment(), TAGS
+        installed = get_default_environment()
         for name, version, path in wheels:
             if installed.get_distribution(name) is not None:
                 return None  # pip decides: already satisfied, upgrade, reinstall
-            if not Wheel(os.path.basename(path)).supported(tags):
+            if not Wheel(os.path.basename(path)).supported(TAGS):
                 return None
     except Exception:
         return None
@@ -97,7 +96,6 @@ if command.get("wheels"):
         # file install_wheel wrote is closed already.
         sys.stdout.flush()
         sys.stderr.flush()
-        import os
         os._exit(status)
 from pip._internal.cli.main import main
 sys.exit(main(command["args"]))
