@@ -156,19 +156,41 @@ def pip_config(python: str, env: Dict[str, str]) -> Dict[str, str]:
     return out
 
 
+def _pip_setting(name: str, env: Dict[str, str], config: Dict[str, str]) -> Optional[str]:
+    """One pip option as pip would take it: PIP_NAME, else the config files."""
+    env_name = "PIP_" + name.upper().replace("-", "_")
+    if env.get(env_name):
+        return env[env_name]
+    for section in ("install", "download", "global"):
+        if f"{section}.{name}" in config:
+            return config[f"{section}.{name}"]
+    return None
+
+
+def final_pip_env(env: Dict[str, str], config: Dict[str, str]) -> Dict[str, str]:
+    """The environment of the unsandboxed pip that installs the verified wheels.
+
+    No ``PIP_*`` variable and no config file reaches it: either could add a
+    source (``find-links``: pip would pick a more specific wheel of the same
+    version from there, unverified), a requirement or an editable project
+    (package code running outside the sandbox), or another install location.
+    Only ``break-system-packages`` is carried over: without it an externally
+    managed interpreter (a distribution's Python in a CI image) refuses."""
+    out = {k: v for k, v in env.items() if not k.startswith("PIP_")}
+    out["PIP_CONFIG_FILE"] = os.devnull
+    value = _pip_setting("break-system-packages", env, config)
+    if value is not None and value.lower() in ("1", "true", "yes", "on"):
+        out["PIP_BREAK_SYSTEM_PACKAGES"] = "1"
+    return out
+
+
 def effective_sources(options: "PipOptions", env: Dict[str, str], config: Dict[str, str]) -> "PipOptions":
     """Fold pip's environment variables and config files into explicit options,
     so the sandboxed pip (which reads no config) sees the same sources, and so
     pipguard knows which hosts the index proxy must allow."""
 
     def setting(name: str) -> Optional[str]:
-        env_name = "PIP_" + name.upper().replace("-", "_")
-        if env.get(env_name):
-            return env[env_name]
-        for section in ("install", "download", "global"):
-            if f"{section}.{name}" in config:
-                return config[f"{section}.{name}"]
-        return None
+        return _pip_setting(name, env, config)
 
     def many(name: str) -> Tuple[str, ...]:
         value = setting(name)
@@ -358,7 +380,9 @@ class Installer:
         self.env = dict(os.environ if env is None else env)
         self.observe_reads = observe_reads
         self.keep_env = tuple(keep_env) + ("PIP_CONFIG_FILE",)
-        self.options = effective_sources(options, self.env, pip_config(self.python, self.env))
+        config = pip_config(self.python, self.env)
+        self.options = effective_sources(options, self.env, config)
+        self.final_env = final_pip_env(self.env, config)
         self.phases: List[Phase] = []
         self._warm: Optional[WarmPip] = None
         self.command = ("pipguard", "sandbox" if sandbox_only else "install", "--sandbox",
@@ -397,7 +421,7 @@ class Installer:
         # the build's Pythons are the target's version: give them the hook's bytecode
         precompile_hook(self.python)
         # The final, unsandboxed pip imports itself while the sandbox builds.
-        self._warm = None if self.sandbox_only else WarmPip(self.python, self.env)
+        self._warm = None if self.sandbox_only else WarmPip(self.python, self.final_env)
         try:
             return self._run(stage)
         except KeyboardInterrupt:  # between phases; inside one, the supervisor reports it
@@ -645,7 +669,7 @@ class Installer:
     def _probe(self, stage: str, wheels: Sequence[str]) -> Optional[str]:
         target = os.path.join(stage, "probe")
         proc = subprocess.run(self._pip("install", "--no-deps", "--no-index", "--target", target,
-                                        "-q", *wheels), env=self.env, stdout=subprocess.PIPE,
+                                        "-q", *wheels), env=self.final_env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
         if proc.returncode != 0:
             raise PipError("staging wheels for the import probe failed: " + proc.stdout.strip()[-300:])

@@ -54,6 +54,7 @@ def direct(wheels):
     if sys.prefix == getattr(sys, "base_prefix", sys.prefix) or TAGS is None:
         return None  # not a venv (externally-managed and --user are pip's decisions), or odd pip
     try:
+        import zipfile
         from pip._internal.locations import get_scheme
         from pip._internal.metadata import get_default_environment
         from pip._internal.models.wheel import Wheel
@@ -72,9 +73,40 @@ def direct(wheels):
                 return None  # pip decides: already satisfied, upgrade, reinstall
             if not Wheel(os.path.basename(path)).supported(TAGS):
                 return None
+            # read the archive now, as pip's resolver would have: its names may
+            # need a codec (cp437) that must be imported before the guard below
+            with zipfile.ZipFile(path) as archive:
+                archive.namelist()
     except Exception:
         return None
+    guard = import_guard()
+    if guard is None:
+        return None
     print("pipguard: direct install", flush=True)
+    with guard:
+        install_all(wheels, get_scheme, install_wheel)
+    return 0
+
+
+def import_guard():
+    \"\"\"What pip's install command does before it installs (pip >= 26.3): import
+    what the install needs now, then refuse later imports, so that nothing is
+    picked up from a distribution being installed. None: this pip has the
+    guard in a form we do not know, so pip itself must run.\"\"\"
+    import contextlib
+    from pip._internal.commands import install as command
+    if not hasattr(command, "_prevent_further_imports"):
+        return contextlib.nullcontext()  # an older pip has no such guard
+    try:
+        names = (*command._INTERNAL_EAGER_IMPORTS, *getattr(pip, "_EAGER_IMPORTS", ()))
+        command._eagerly_import_modules(names)
+        command._reify_lazy_imports(names)
+        return command._prevent_further_imports(until_process_exit=True)
+    except Exception:
+        return None
+
+
+def install_all(wheels, get_scheme, install_wheel):
     for name, version, path in wheels:
         # what pip's InstallRequirement.install passes for a NAME==VERSION
         # requirement given on the command line and found by --find-links
@@ -82,7 +114,6 @@ def direct(wheels):
                                                     isolated=False, prefix=None),
                       req_description=name + "==" + version, pycompile=True,
                       warn_script_location=True, direct_url=None, requested=True)
-    return 0
 
 
 if command.get("wheels"):

@@ -24,16 +24,22 @@ from .env import clean_env
 #: setuptools 75.8.0: requires-python >= 3.9, ships bdist_wheel itself (no `wheel` needed at build).
 #: wheel 0.45.1: for backends/old setuptools that still ask for it.
 #: Cython 3.0.11: the universal py2.py3-none-any wheel (pure-Python compiler, slower but portable).
+#: pip 26.3 (needs Python >= 3.10): a newer pip than the venvs' bundled one, with the import guard
+#: its install command enters before installing (tests/test_pipwarm.py).
 PINS: Dict[str, str] = {
     "setuptools": "75.8.0",
     "wheel": "0.45.1",
     "Cython": "3.0.11",
+    "pip": "26.3",
 }
+#: Pins that need a newer Python than 3.9 to be downloaded for.
+PIN_PYTHON: Dict[str, str] = {"pip": "3.10"}
 #: Glob each pin must match in the wheelhouse.
 EXPECTED: Dict[str, str] = {
     "setuptools": "setuptools-75.8.0-py3-none-any.whl",
     "wheel": "wheel-0.45.1-py3-none-any.whl",
     "Cython": "[Cc]ython-3.0.11-py2.py3-none-any.whl",
+    "pip": "pip-26.3-py3-none-any.whl",
 }
 INDEX_URL = os.environ.get("PIPGUARD_TEST_INDEX_URL", "https://pypi.org/simple")
 
@@ -71,15 +77,16 @@ def _download(dest: Path) -> None:
         if keep in os.environ:
             env[keep] = os.environ[keep]
     # Pure wheels for the oldest supported Python, so the same files serve 3.9 - 3.13.
-    argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-            "--platform", "any", "--implementation", "py", "--abi", "none", "--python-version", "3.9",
-            "--index-url", INDEX_URL, "-d", str(dest)]
-    argv += [f"{n}=={v}" for n, v in PINS.items()]
-    proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          universal_newlines=True, timeout=600)
-    if proc.returncode != 0:
-        tail = "\n".join(proc.stdout.splitlines()[-8:])
-        raise WheelhouseUnavailable(f"pip download from {INDEX_URL} failed ({proc.returncode}):\n{tail}")
+    for version in sorted({PIN_PYTHON.get(n, "3.9") for n in PINS}):
+        argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                "--platform", "any", "--implementation", "py", "--abi", "none",
+                "--python-version", version, "--index-url", INDEX_URL, "-d", str(dest)]
+        argv += [f"{n}=={v}" for n, v in PINS.items() if PIN_PYTHON.get(n, "3.9") == version]
+        proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              universal_newlines=True, timeout=600)
+        if proc.returncode != 0:
+            tail = "\n".join(proc.stdout.splitlines()[-8:])
+            raise WheelhouseUnavailable(f"pip download from {INDEX_URL} failed ({proc.returncode}):\n{tail}")
 
 
 def ensure_wheelhouse(directory: Optional[Path] = None) -> Path:
