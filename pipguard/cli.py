@@ -147,10 +147,7 @@ def _sigterm_like_ctrl_c() -> None:
     whole tree and the report is still written."""
     import signal
 
-    def _interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # raises KeyboardInterrupt
 
 
 def _install(sandbox_only: bool, kw: dict) -> None:

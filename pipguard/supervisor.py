@@ -8,6 +8,7 @@ seccomp listener, and a pidfd of the sandbox's first process.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -58,6 +59,31 @@ _RESOLVE_IN_ROOT = 0x10  # linux/openat2.h
 def _normalised(path: str) -> bool:
     """No "..", ".", or empty component that could make a prefix test lie."""
     return "/.." not in path and "//" not in path and "/./" not in path and not path.endswith("/.")
+
+
+@contextlib.contextmanager
+def _signals_deferred(on_signal):
+    """Hold back the signals that would raise KeyboardInterrupt (Ctrl-C, and
+    SIGTERM under the CLI) while the sandbox is killed and its evidence
+    closed: a second one must not cut that short and leave processes running.
+    One that arrived meanwhile is consumed and passed to ``on_signal``; the
+    run already ends as interrupted. Only the main thread gets signals, so
+    elsewhere this does nothing."""
+    import threading
+
+    held = {s for s in (signal.SIGINT, signal.SIGTERM)
+            if signal.getsignal(s) is signal.default_int_handler}
+    if not held or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        while held & signal.sigpending():
+            signal.sigwait(held & signal.sigpending())
+            on_signal()
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _join_responder(handle):
@@ -858,64 +884,21 @@ class Supervisor:
             sel.register(pidfd, selectors.EVENT_READ, "exit")
         deadline = None if self.policy.timeout is None else time.monotonic() + self.policy.timeout
         try:
-            root_done = False
-            while not root_done:
-                wait = 0.2 if pidfd is None else None
-                if deadline is not None:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        self.evidence.timed_out = True
-                        break
-                    wait = left if wait is None else min(wait, left)
-                try:
-                    ready = sel.select(wait)
-                except KeyboardInterrupt:
-                    self.evidence.interrupted = "interrupted"
-                    break
-                for key, _mask in ready:
-                    if key.data == "fifo":
-                        self._read_fifo(fifo)
-                    elif key.data == "notify" and listener is not None:
-                        try:
-                            self._handle_notification(listener)
-                        except OSError:
-                            sel.unregister(listener)
-                    elif key.data == "forwarded" and listener is not None:
-                        try:
-                            alive = self._read_forwarded(key.fd, listener)
-                        except OSError:
-                            alive = False
-                        if not alive:
-                            # The thread ended: normally because no sandboxed task is
-                            # left (the listener hung up) and the exit event is on its
-                            # way; on an error, join() reports it. Either way Python
-                            # answers from now on.
-                            sel.unregister(key.fd)
-                            sel.register(listener, selectors.EVENT_READ, "notify")
-                    elif key.data == "exit":
-                        root_done = True
-                if pidfd is None and self.started.process.poll() is not None:
-                    root_done = True
-            # The first process is gone (or time is up): nothing of the sandbox
-            # may outlive it. Keep answering notifications while we kill, so no
-            # process hangs in a notified syscall.
-            self._kill_answering(sel, listener, fifo)
+            try:
+                self._watch(sel, listener, fifo, pidfd, deadline)
+            except KeyboardInterrupt:
+                # Ctrl-C (or SIGTERM, made alike by the CLI) wherever the loop was,
+                # not only while it waited: the kill below must run either way.
+                self.evidence.interrupted = "interrupted"
+            # The first process is gone (or time is up, or we were interrupted):
+            # nothing of the sandbox may outlive it. Keep answering notifications
+            # while we kill, so no process hangs in a notified syscall; a second
+            # signal waits until that is done.
+            with _signals_deferred(self._interrupted):
+                self._kill_answering(sel, listener, fifo)
         finally:
-            if responder is not None and listener is not None:
-                self._stop_responder(responder, listener)
-            if listener is not None:
-                self.evidence.supervision["answered_by_python"] = self.notifications
-            if listener is not None:
-                os.close(listener)
-            self._read_fifo(fifo)
-            os.close(keepalive)
-            self._drain(fifo)
-            os.close(fifo)
-            self._fifo_fd = None
-            if pidfd is not None:
-                os.close(pidfd)
-            self.memory.close()
-            sel.close()
+            with _signals_deferred(self._interrupted):
+                self._close(responder, listener, fifo, keepalive, pidfd, sel)
         status = self.started.process.wait() if self._root_status is None else None
         if self._root_status is not None:
             code = os.waitstatus_to_exitcode(self._root_status) if hasattr(
@@ -924,6 +907,63 @@ class Supervisor:
             code = status
         self.evidence.exit_code = code
         return self.evidence
+
+    def _close(self, responder, listener, fifo, keepalive, pidfd, sel) -> None:
+        """Stop the native responder, collect the last events, release everything."""
+        if responder is not None and listener is not None:
+            self._stop_responder(responder, listener)
+        if listener is not None:
+            self.evidence.supervision["answered_by_python"] = self.notifications
+            os.close(listener)
+        self._read_fifo(fifo)
+        os.close(keepalive)
+        self._drain(fifo)
+        os.close(fifo)
+        self._fifo_fd = None
+        if pidfd is not None:
+            os.close(pidfd)
+        self.memory.close()
+        sel.close()
+
+    def _interrupted(self) -> None:
+        self.evidence.interrupted = self.evidence.interrupted or "interrupted"
+
+    def _watch(self, sel, listener, fifo, pidfd, deadline) -> None:
+        """Answer and record until the sandbox's first process exits or time is up."""
+        root_done = False
+        while not root_done:
+            wait = 0.2 if pidfd is None else None
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self.evidence.timed_out = True
+                    break
+                wait = left if wait is None else min(wait, left)
+            ready = sel.select(wait)
+            for key, _mask in ready:
+                if key.data == "fifo":
+                    self._read_fifo(fifo)
+                elif key.data == "notify" and listener is not None:
+                    try:
+                        self._handle_notification(listener)
+                    except OSError:
+                        sel.unregister(listener)
+                elif key.data == "forwarded" and listener is not None:
+                    try:
+                        alive = self._read_forwarded(key.fd, listener)
+                    except OSError:
+                        alive = False
+                    if not alive:
+                        # The thread ended: normally because no sandboxed task is
+                        # left (the listener hung up) and the exit event is on its
+                        # way; on an error, join() reports it. Either way Python
+                        # answers from now on.
+                        sel.unregister(key.fd)
+                        sel.register(listener, selectors.EVENT_READ, "notify")
+                elif key.data == "exit":
+                    root_done = True
+            if pidfd is None and self.started.process.poll() is not None:
+                root_done = True
 
     def _kill_answering(self, sel, listener, fifo) -> None:
         for _ in range(200):

@@ -41,3 +41,29 @@ def test_signal_to_pipguard_kills_tree_and_writes_report(tmp_path, fake_home, si
     assert data["error"] and data["verdict"] == "error"
     assert any(p["killed_by_pipguard"] for p in data["processes"])
     assert _alive_with(marker) == []
+
+
+@pytest.mark.parametrize("attempt", range(4))
+def test_signal_while_the_supervisor_is_busy_still_kills_the_tree(tmp_path, fake_home, attempt):
+    """A build that starts processes without pause keeps the supervisor busy
+    answering (fork, exec, exit): the signal then lands outside its wait, and the
+    kill and the report must still follow (once they did not, and the tree lived on)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    report = work / "r.json"
+    marker = f"pipguard-busy-{os.getpid()}-{attempt}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipguard", "run", "--report", str(report), "--", "sh", "-c",
+         f"while :; do /bin/true; done; : {marker}"],
+        cwd=work, env=fake_home.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for _ in range(100):  # readiness poll, no timing assertion
+        if len(_alive_with(marker)) >= 2:  # pipguard and the looping shell
+            break
+        time.sleep(0.1)
+    time.sleep(0.2 + 0.1 * attempt)  # let the loop run a while; vary where the signal lands
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    data = json.loads(report.read_text())
+    assert data["error"] and data["verdict"] == "error"
+    assert _alive_with(marker) == []
