@@ -928,6 +928,18 @@ class Supervisor:
     def _interrupted(self) -> None:
         self.evidence.interrupted = self.evidence.interrupted or "interrupted"
 
+    def _serve_forwarded(self, fd: int, sel, listener: int) -> None:
+        """Answer what the native responder forwarded; once it has ended, listen
+        ourselves. It ends normally when no sandboxed task is left (the listener
+        hung up; the exit event is on its way); on an error, join() reports it."""
+        try:
+            alive = self._read_forwarded(fd, listener)
+        except OSError:
+            alive = False
+        if not alive:
+            sel.unregister(fd)
+            sel.register(listener, selectors.EVENT_READ, "notify")
+
     def _watch(self, sel, listener, fifo, pidfd, deadline) -> None:
         """Answer and record until the sandbox's first process exits or time is up."""
         root_done = False
@@ -949,17 +961,7 @@ class Supervisor:
                     except OSError:
                         sel.unregister(listener)
                 elif key.data == "forwarded" and listener is not None:
-                    try:
-                        alive = self._read_forwarded(key.fd, listener)
-                    except OSError:
-                        alive = False
-                    if not alive:
-                        # The thread ended: normally because no sandboxed task is
-                        # left (the listener hung up) and the exit event is on its
-                        # way; on an error, join() reports it. Either way Python
-                        # answers from now on.
-                        sel.unregister(key.fd)
-                        sel.register(listener, selectors.EVENT_READ, "notify")
+                    self._serve_forwarded(key.fd, sel, listener)
                 elif key.data == "exit":
                     root_done = True
             if pidfd is None and self.started.process.poll() is not None:
@@ -993,13 +995,7 @@ class Supervisor:
                     except OSError:
                         pass
                 elif key.data == "forwarded":
-                    try:
-                        running = self._read_forwarded(key.fd, listener)
-                    except OSError:
-                        running = False
-                    if not running:
-                        sel.unregister(key.fd)
-                        sel.register(listener, selectors.EVENT_READ, "notify")
+                    self._serve_forwarded(key.fd, sel, listener)
                 elif key.data == "fifo":
                     self._read_fifo(fifo)
             self._reap()

@@ -19,20 +19,29 @@ def _alive_with(marker: str) -> list:
     return [argv for argv in live_argvs() if any(marker in a for a in argv)]
 
 
+def _start(work, fake_home, script: str, marker: str, ready: int) -> subprocess.Popen:
+    """``pipguard run -- sh -c SCRIPT``, returned once ``ready`` processes carry
+    ``marker`` (a readiness poll, no timing assertion)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipguard", "run", "--report", str(work / "r.json"), "--", "sh",
+         "-c", script],
+        cwd=work, env=fake_home.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for _ in range(100):
+        if len(_alive_with(marker)) >= ready:
+            break
+        time.sleep(0.1)
+    return proc
+
+
 @pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 130)])
 def test_signal_to_pipguard_kills_tree_and_writes_report(tmp_path, fake_home, sig, status):
     work = tmp_path / "work"
     work.mkdir()
     report = work / "r.json"
     marker = f"pipguard-lifetime-{os.getpid()}-{sig}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pipguard", "run", "--report", str(report), "--", "sh", "-c",
-         f"(setsid sh -c 'sleep 300; true' {marker} &) ; sh -c 'sleep 300; true' {marker}"],
-        cwd=work, env=fake_home.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for _ in range(100):  # wait until both sleeps run (no timing assertion: a readiness poll)
-        if len(_alive_with(marker)) >= 3:  # pipguard itself and the two shells
-            break
-        time.sleep(0.1)
+    # ready: pipguard itself and the two shells
+    proc = _start(work, fake_home, f"(setsid sh -c 'sleep 300; true' {marker} &) ; "
+                  f"sh -c 'sleep 300; true' {marker}", marker, 3)
     assert len(_alive_with(marker)) >= 3
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
@@ -52,14 +61,7 @@ def test_signal_while_the_supervisor_is_busy_still_kills_the_tree(tmp_path, fake
     work.mkdir()
     report = work / "r.json"
     marker = f"pipguard-busy-{os.getpid()}-{attempt}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pipguard", "run", "--report", str(report), "--", "sh", "-c",
-         f"while :; do /bin/true; done; : {marker}"],
-        cwd=work, env=fake_home.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for _ in range(100):  # readiness poll, no timing assertion
-        if len(_alive_with(marker)) >= 2:  # pipguard and the looping shell
-            break
-        time.sleep(0.1)
+    proc = _start(work, fake_home, f"while :; do /bin/true; done; : {marker}", marker, 2)
     time.sleep(0.2 + 0.1 * attempt)  # let the loop run a while; vary where the signal lands
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
