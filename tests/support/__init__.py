@@ -26,3 +26,6 @@ __all__ = [
     "requires_seccomp", "requires_userns", "run_as_nobody", "run_try_one", "strict",
     "try_one_py_argv", "wheelhouse_dir",
 ]
+from .index import LoopbackIndex  # noqa: E402
+
+__all__ += ["LoopbackIndex"]
