@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import pipguard
 from pipguard import exitcodes, render
-from pipguard.errors import PipguardError
+from pipguard.errors import PipguardError, UsageError
 
 _ISOLATION_CHOICES = ("auto", "audit", "os")
 
@@ -150,30 +150,49 @@ def _sigterm_like_ctrl_c() -> None:
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # raises KeyboardInterrupt
 
 
+def _quiet_level(pip_args: Sequence[str]) -> int:
+    """pip's -q count in ``pip_args`` (pipguard is as quiet as pip is asked to be)."""
+    level = 0
+    for arg in pip_args:
+        if arg == "--":
+            break
+        if arg == "--quiet":
+            level += 1
+        elif arg.startswith("-") and not arg.startswith("--") and set(arg[1:]) == {"q"}:
+            level += len(arg) - 1
+    return level
+
+
 def _install(sandbox_only: bool, kw: dict) -> None:
     import click
 
-    from pipguard.install import Installer, PipOptions
+    from pipguard.install import Installer, InstallOptions
+    from pipguard.policy import HostPort
     from pipguard.report import check_writable, write_atomic
 
     report_path = check_writable(kw["report_path"]) if kw.get("report_path") else None
-    options = PipOptions(
-        requirements=tuple(kw["packages"]), requirement_files=kw["requirement_files"],
-        constraint_files=kw["constraint_files"], index_url=kw["index_url"],
-        extra_index_urls=kw["extra_index_urls"], find_links=kw["find_links"],
-        no_index=kw["no_index"], no_binary=kw["no_binary"], only_binary=kw["only_binary"],
-        pre=kw["pre"], upgrade=kw["upgrade"], no_deps=kw["no_deps"],
-        require_hashes=kw["require_hashes"], no_cache_dir=kw["no_cache_dir"],
-        quiet=kw["quiet"], verbose=kw["verbose"],
+    pip_args = tuple(kw["pip_args"])
+    if kw.get("pip_report"):
+        pip_args += ("--report", kw["pip_report"])
+    if not pip_args:
+        raise UsageError("nothing to install", hint="name packages, or use -r FILE, or -e DIR "
+                         "(any 'pip install' argument)")
+    options = InstallOptions(
+        pip_args=pip_args, python=kw["python"], isolation=kw["isolation"],
+        sandbox_only=sandbox_only, binary_only=not sandbox_only and not kw.get("sandbox"),
+        probe_imports=kw["probe_imports"],
+        build_hosts=tuple(HostPort.parse(h) for h in kw["allow_build_hosts"]),
+        build_timeout=kw["build_timeout"], keep_env=tuple(kw["keep_env"]),
+        observe_reads=not kw["no_observe_reads"],
+        allow_read=_existing(kw["allow_read"], "--allow-read"),
+        allow_write=_existing(kw["allow_write"], "--allow-write"),
     )
-    show = kw["quiet"] == 0 and sys.stderr.isatty()
-    progress = (lambda m: click.echo(f"pipguard: {m}", err=True)) if show else None
+    quiet = _quiet_level(pip_args)
+    # One plain line per hook call and package, on a terminal and in CI logs alike.
+    progress = (lambda m: click.echo(f"pipguard: {m}", err=True)) if quiet == 0 else None
     _sigterm_like_ctrl_c()
     _resume_gc()
-    result = Installer(options, python=kw["python"], isolation=kw["isolation"],
-                       build_timeout=kw["timeout"], probe_imports=kw["probe_imports"],
-                       sandbox_only=sandbox_only, progress=progress, keep_env=kw["keep_env"],
-                       observe_reads=not kw["no_observe_reads"]).run()
+    result = Installer(options, progress=progress).run()
     from pipguard.render import install as render_install
 
     if report_path:
@@ -181,7 +200,8 @@ def _install(sandbox_only: bool, kw: dict) -> None:
 
         write_atomic(report_path, dumps(result.to_json()))
     if kw["fmt"] == "table":
-        click.echo(render_install.table(result, color=_color(sys.stderr)), err=True, nl=False)
+        if quiet < 2 or result.status not in ("installed", "clean"):
+            click.echo(render_install.table(result, color=_color(sys.stderr)), err=True, nl=False)
     elif kw["fmt"] == "json":
         from pipguard.report import dumps
 
@@ -189,6 +209,16 @@ def _install(sandbox_only: bool, kw: dict) -> None:
     else:
         click.echo(render_install.sarif(result), nl=False)
     raise SystemExit(result.exit_code)
+
+
+def _existing(paths: Sequence[str], flag: str) -> tuple:
+    out = []
+    for path in paths:
+        full = os.path.realpath(os.path.expanduser(path))
+        if not os.path.exists(full):
+            raise UsageError(f"{flag} {path}: no such file or directory")
+        out.append(full)
+    return tuple(out)
 
 
 def _doctor(fmt) -> None:
@@ -274,76 +304,73 @@ def _click_app():
         _run(isolation, allow_network, allow_hosts, allow_write, allow_read, deny_subprocess,
              keep_env, no_observe_reads, timeout, report_path, fmt, record_build_dir, command)
 
-    def _pip_options(f):
-        """The pip install options pipguard passes through (shared by install and sandbox)."""
+    def _install_options(f):
+        """pipguard's own options of install and sandbox; every other argument is pip's."""
         options = [
-            click.option("-r", "--requirement", "requirement_files", multiple=True, metavar="FILE",
-                         help="Install from the given requirements file (repeatable)."),
-            click.option("-c", "--constraint", "constraint_files", multiple=True, metavar="FILE",
-                         help="Constrain versions with this file (repeatable)."),
-            click.option("-i", "--index-url", metavar="URL",
-                         help="Package index (default: pip's configuration, else PyPI). Index hosts are "
-                              "the only network the resolve phase can reach."),
-            click.option("--extra-index-url", "extra_index_urls", multiple=True, metavar="URL",
-                         help="Additional index (repeatable)."),
-            click.option("-f", "--find-links", multiple=True, metavar="URL|DIR",
-                         help="Look for archives here (repeatable). With --no-index and local dirs "
-                              "only, nothing in the install touches the network."),
-            click.option("--no-index", is_flag=True, help="Ignore package indexes."),
-            click.option("--no-binary", multiple=True, metavar="FORMAT", help="As pip: build these from source."),
-            click.option("--only-binary", multiple=True, metavar="FORMAT", help="As pip: never build these."),
-            click.option("--pre", is_flag=True, help="Include pre-releases."),
-            click.option("-U", "--upgrade", is_flag=True, help="Upgrade packages that are already installed."),
-            click.option("--no-deps", is_flag=True, help="Do not install dependencies."),
-            click.option("--require-hashes", is_flag=True, help="As pip: require a hash for every requirement."),
-            click.option("--no-cache-dir", is_flag=True, help="Accepted for pip compatibility (the "
-                         "sandbox never uses your pip cache)."),
-            click.option("-q", "--quiet", count=True, help="Less output (also silences progress)."),
-            click.option("-v", "--verbose", count=True),
             click.option("--python", "python", metavar="PATH",
-                         help="Install into this interpreter's environment (default: pipguard's own)."),
+                         help="Install into this interpreter's environment, with its own pip "
+                              "(default: pipguard's interpreter). Any CPython >= 3.9."),
             click.option("--isolation", type=_ISOLATION, default="auto", show_default=True),
-            click.option("--timeout", type=float, callback=_positive_float, metavar="SECONDS",
-                         help="Time limit for each sandboxed phase."),
+            click.option("--allow-build-host", "allow_build_hosts", multiple=True, metavar="HOST[:PORT]",
+                         help="Let build hooks reach this host through pipguard's filtering proxy "
+                              "(Rust/Go sdists fetching crates or modules); every destination is "
+                              "recorded. Default: hook calls have no network (repeatable)."),
+            click.option("--allow-read", multiple=True, metavar="PATH",
+                         help="Extra read-only root for every hook call (repeatable)."),
+            click.option("--allow-write", multiple=True, metavar="PATH",
+                         help="Extra writable root for every hook call (repeatable)."),
+            click.option("--build-timeout", type=float, callback=_positive_float, metavar="SECONDS",
+                         help="Time limit for each sandboxed hook call."),
             click.option("--keep-env", multiple=True, metavar="NAME",
-                         help="Pass this environment variable into the sandboxed phases (repeatable)."),
+                         help="Pass this environment variable into hook calls (repeatable)."),
             click.option("--no-observe-reads", is_flag=True,
                          help="Do not observe native file reads (faster builds; Landlock still blocks "
                               "them, but native read attempts are then not reported)."),
             click.option("--probe-imports", is_flag=True,
                          help="Also import each new top-level module in the sandbox before committing."),
-            click.option("--report", "report_path", metavar="FILE", help="Write the JSON report here."),
+            click.option("--report", "report_path", metavar="FILE",
+                         help="Write pipguard's JSON report here (pip's own --report: --pip-report)."),
+            click.option("--pip-report", "pip_report", metavar="FILE",
+                         help="Passed to pip as its --report (pip's installation report)."),
             click.option("--format", "fmt", type=_FORMAT, default="table", show_default=True),
-            click.argument("packages", nargs=-1),
+            click.argument("pip_args", nargs=-1, type=click.UNPROCESSED),
         ]
         for option in reversed(options):
             f = option(f)
         return f
 
-    @cli.command()
-    @click.option("--sandbox", is_flag=True, help="Build sdists in the sandbox (required for sdists).")
-    @_pip_options
-    def install(sandbox, **kw) -> None:
-        """pip install, where no package code runs outside the sandbox.
+    _PIP_CONTEXT = {"ignore_unknown_options": True, "allow_interspersed_args": True,
+                    "help_option_names": ["-h", "--help"]}
 
-        With --sandbox: resolve and download in the sandbox, gate every artifact,
-        build each sdist in its own offline sandbox, and install the wheels only
-        if nothing was blocked. Without --sandbox: wheels only (no package code
-        runs at all), gated; sdists are refused.
+    @cli.command(context_settings=_PIP_CONTEXT)
+    @click.option("--sandbox", is_flag=True,
+                  help="Run every build hook (setup.py, PEP 517 backends) in a sandbox. Without it no "
+                       "package code runs at all: wheels only.")
+    @_install_options
+    def install(sandbox, **kw) -> None:
+        """pip install, where no package code runs outside a sandbox.
+
+        Every argument pipguard does not know is pip's: `pipguard install
+        --sandbox ARGS` runs the real pip as `pip install ARGS` (options, -e,
+        extras, -r, --target, --prefix, --user, config files, PIP_* variables),
+        and each PEP 517 hook call pip makes (get_requires, prepare_metadata,
+        build_wheel, build_editable) runs in its own sandbox. pip builds every
+        wheel before it installs any; there pipguard gates every wheel and lets
+        pip install only if every hook call was clean and every wheel passed.
 
         Exit status: 0 installed, 1 refused (something was blocked or a gate
-        fired: nothing installed), 2 error (environment unchanged), 130
-        interrupted.
+        fired: nothing installed), 2 error (pip failed or bad input: the
+        environment is as pip left it, which for a failure before installing
+        means unchanged), 130 interrupted.
         """
-        if not sandbox:
-            kw["only_binary"] = tuple(kw["only_binary"]) + (":all:",)
-        _install(False, kw)
+        _install(False, dict(kw, sandbox=sandbox))
 
-    @cli.command()
-    @_pip_options
+    @cli.command(context_settings=_PIP_CONTEXT)
+    @_install_options
     def sandbox(**kw) -> None:
-        """Resolve, build and (with --probe-imports) import PACKAGES in the
-        sandbox; install nothing; print the evidence.
+        """pip install ARGS with every hook call sandboxed, stopping before
+        anything is installed: resolve, build, gate (and, with
+        --probe-imports, import); print the evidence.
 
         Exit status: 0 observed clean, 1 something was blocked, 2 error, 130
         interrupted.
@@ -360,7 +387,7 @@ def _click_app():
         _doctor(fmt)
 
     globals().update(cli=cli, run=run, install=install, sandbox=sandbox, doctor=doctor,
-                     _pip_options=_pip_options, _FORMAT=_FORMAT, _ISOLATION=_ISOLATION)
+                     _pip_options=_install_options, _FORMAT=_FORMAT, _ISOLATION=_ISOLATION)
     return cli
 
 

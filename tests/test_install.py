@@ -1,5 +1,7 @@
-"""``pipguard install --sandbox`` and ``pipguard sandbox``, offline, with real
-pip, real sdists built in the test, and a fresh target venv per test. Every
+"""``pipguard install --sandbox`` and ``pipguard sandbox``: the real pip, every hook call in
+its own sandbox. Real pip (the venv's bundled 23.2 and 26.3), real sdists built in the test, a
+fresh target venv per test, and both routes users run: a loopback package index with
+credentials in ``PIP_INDEX_URL`` (a private index), and ``--no-index --find-links``. Every
 refusal is checked against a byte-for-byte listing of the target environment."""
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from support import build_sdist
+from support import LoopbackIndex, build_sdist
 from support.corpus import project
 
 PY = sys.executable
@@ -31,11 +33,73 @@ def sdists(tmp_path_factory):
     return out
 
 
+#: the pips tested: the venv's bundled one (23.2 on 3.11) and the newest (26.3, Python >= 3.10)
+PIPS = ["bundled", "26.3"]
+
+
+def make_venv(path: Path, pip: str, wheelhouse: Path) -> Path:
+    subprocess.run([PY, "-m", "venv", str(path)], check=True)
+    if pip != "bundled":
+        subprocess.run([str(path / "bin" / "python"), "-m", "pip", "install", "-q", "--no-index",
+                        "-f", str(wheelhouse), f"pip=={pip}"], check=True,
+                       env={"PATH": os.environ["PATH"], "PIP_CONFIG_FILE": os.devnull})
+    return path
+
+
 @pytest.fixture
-def target(tmp_path):
-    venv = tmp_path / "target"
-    subprocess.run([PY, "-m", "venv", str(venv)], check=True)
-    return venv
+def target(tmp_path, wheelhouse):
+    return make_venv(tmp_path / "target", "bundled", wheelhouse)
+
+
+@pytest.fixture(params=PIPS)
+def any_pip_target(request, tmp_path, wheelhouse):
+    """A target venv with each tested pip."""
+    return make_venv(tmp_path / "target", request.param, wheelhouse)
+
+
+class Route:
+    """How pip finds packages: ``index`` (a loopback PEP 503 index with credentials in
+    PIP_INDEX_URL, as a private index has) or ``find-links`` (--no-index -f DIR)."""
+
+    def __init__(self, kind, dirs):
+        self.kind = kind
+        self.dirs = list(dirs)
+        self.index = LoopbackIndex(self.dirs).start() if kind == "index" else None
+
+    def add(self, directory):
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.dirs.append(directory)
+        if self.index:
+            self.index.dirs.append(directory)
+        return directory
+
+    def args(self):
+        if self.index:
+            return []
+        return ["--no-index", *[a for d in self.dirs for a in ("-f", str(d))]]
+
+    def env(self):
+        return {"PIP_INDEX_URL": self.index.url} if self.index else {}
+
+    def stop(self):
+        if self.index:
+            self.index.stop()
+
+
+@pytest.fixture(params=["index", "find-links"])
+def route(request, wheelhouse, sdists):
+    r = Route(request.param, [wheelhouse, sdists])
+    yield r
+    r.stop()
+
+
+@pytest.fixture
+def links(wheelhouse, sdists):
+    """The find-links route only (tests about one behaviour, not about the route)."""
+    r = Route("find-links", [wheelhouse, sdists])
+    yield r
+    r.stop()
 
 
 def listing(venv: Path) -> dict:
@@ -51,16 +115,15 @@ def listing(venv: Path) -> dict:
     return out
 
 
-def pg_install(args, *, home, target, wheelhouse, sdists, cwd, extra_env=None, command="install",
-               timeout=600):
+def pg_install(args, *, home, target, route, cwd, extra_env=None, command="install", timeout=600):
     report = Path(cwd) / "install-report.json"
     argv = [PY, "-m", "pipguard", command, *(["--sandbox"] if command == "install" else []),
-            "--python", str(target / "bin" / "python"), "--no-index",
-            "-f", str(wheelhouse), "-f", str(sdists), "--report", str(report), *args]
+            "--python", str(target / "bin" / "python"), *route.args(), "--report", str(report), *args]
     if command == "install" and "--no-sandbox" in args:
         argv.remove("--sandbox")
         argv.remove("--no-sandbox")
-    proc = subprocess.run(argv, cwd=cwd, env=home.env(extra_env), stdout=subprocess.PIPE,
+    env = home.env(dict(route.env(), **(extra_env or {})))
+    proc = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True, timeout=timeout)
     data = json.loads(report.read_text()) if report.exists() else None
     return proc, data
@@ -71,16 +134,17 @@ def site_import(target: Path, module: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True)
 
 
-def test_legit_pure_installs(tmp_path, fake_home, wheelhouse, sdists, target):
-    proc, report = pg_install(["legit_pure"], home=fake_home, target=target, wheelhouse=wheelhouse,
-                              sdists=sdists, cwd=tmp_path)
+def test_legit_pure_installs(tmp_path, fake_home, route, target):
+    proc, report = pg_install(["legit_pure"], home=fake_home, target=target, route=route,
+                              cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert site_import(target, "legit_pure").returncode == 0
     (pkg,) = report["packages"]
     assert pkg["name"] == "legit-pure" and pkg["from_sdist"] and pkg["verdict"] == "clean"
     assert report["status"] == "installed" and report["verdict"] == "clean"
-    # all sources local: resolve and build in one offline sandboxed run
-    assert [p["name"] for p in report["phases"]] == ["build"]
+    # one sandbox per hook call pip made, each attributed to the package
+    hooks = [p["name"] for p in report["phases"] if p["package"] == "legit-pure"]
+    assert "build_wheel" in hooks and "prepare_metadata_for_build_wheel" in hooks, report["phases"]
     # installed by name, as pip would: no temporary wheel path recorded as the origin
     freeze = subprocess.run([str(target / "bin" / "python"), "-m", "pip", "freeze"],
                             capture_output=True, text=True, check=True).stdout
@@ -88,9 +152,9 @@ def test_legit_pure_installs(tmp_path, fake_home, wheelhouse, sdists, target):
     assert not list(target.glob("lib/python*/site-packages/legit_pure-*.dist-info/direct_url.json"))
 
 
-def test_legit_c_extension_builds_and_imports(tmp_path, fake_home, wheelhouse, sdists, target):
-    proc, report = pg_install(["legit_cext"], home=fake_home, target=target, wheelhouse=wheelhouse,
-                              sdists=sdists, cwd=tmp_path)
+def test_legit_c_extension_builds_and_imports(tmp_path, fake_home, route, target):
+    proc, report = pg_install(["legit_cext"], home=fake_home, target=target, route=route,
+                              cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     check = subprocess.run([str(target / "bin" / "python"), "-c",
                             "from legit_cext._fast import add; print(add(2, 3))"],
@@ -101,16 +165,16 @@ def test_legit_c_extension_builds_and_imports(tmp_path, fake_home, wheelhouse, s
 
 
 @pytest.mark.parametrize("name, phase, kind", [
-    ("steal_at_build", "build", "file-read"),
-    ("steal_at_metadata", "build", "file-read"),
-    ("env_grandchild", "build", "file-read"),
-    ("bashrc_persist", "build", "file-write"),
+    ("steal_at_build", "get_requires_for_build_wheel", "file-read"),
+    ("steal_at_metadata", "get_requires_for_build_wheel", "file-read"),  # setup.py runs per hook
+    ("env_grandchild", "get_requires_for_build_wheel", "file-read"),
+    ("bashrc_persist", "get_requires_for_build_wheel", "file-write"),
 ])
-def test_hostile_sdist_refused_nothing_installed(tmp_path, fake_home, wheelhouse, sdists, target,
+def test_hostile_sdist_refused_nothing_installed(tmp_path, fake_home, route, target,
                                                  loopback_tcp, name, phase, kind):
     before = listing(target)
     proc, report = pg_install(["--keep-env", "PIPGUARD_TEST_SINK", name], home=fake_home,
-                              target=target, wheelhouse=wheelhouse, sdists=sdists, cwd=tmp_path,
+                              target=target, route=route, cwd=tmp_path,
                               extra_env={"PIPGUARD_TEST_SINK": f"127.0.0.1:{loopback_tcp.port}"})
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert listing(target) == before
@@ -124,11 +188,11 @@ def test_hostile_sdist_refused_nothing_installed(tmp_path, fake_home, wheelhouse
     assert pkg is None or pkg["events"], "blocked events are attributed to the package that made them"
 
 
-def test_native_helper_refused_by_os_layer(tmp_path, fake_home, wheelhouse, sdists, target, loopback_tcp):
+def test_native_helper_refused_by_os_layer(tmp_path, fake_home, route, target, loopback_tcp):
     """A compiled helper never touches Python: Landlock/seccomp stop it, the supervisor reports it."""
     before = listing(target)
     proc, report = pg_install(["--isolation", "os", "--keep-env", "PIPGUARD_TEST_SINK", "native_helper"],
-                              home=fake_home, target=target, wheelhouse=wheelhouse, sdists=sdists,
+                              home=fake_home, target=target, route=route,
                               cwd=tmp_path,
                               extra_env={"PIPGUARD_TEST_SINK": f"127.0.0.1:{loopback_tcp.port}"})
     assert proc.returncode == 1, proc.stderr[-3000:]
@@ -139,10 +203,10 @@ def test_native_helper_refused_by_os_layer(tmp_path, fake_home, wheelhouse, sdis
     # evidence for native code is covered in test_evidence/test_os_layer_e2e)
 
 
-def test_pth_dropper_refused_by_gate(tmp_path, fake_home, wheelhouse, sdists, target):
+def test_pth_dropper_refused_by_gate(tmp_path, fake_home, route, target):
     before = listing(target)
-    proc, report = pg_install(["pth_dropper"], home=fake_home, target=target, wheelhouse=wheelhouse,
-                              sdists=sdists, cwd=tmp_path)
+    proc, report = pg_install(["pth_dropper"], home=fake_home, target=target, route=route,
+                              cwd=tmp_path)
     assert proc.returncode == 1
     assert listing(target) == before
     (pkg,) = report["packages"]
@@ -150,19 +214,19 @@ def test_pth_dropper_refused_by_gate(tmp_path, fake_home, wheelhouse, sdists, ta
     assert [f["rule"] for f in pkg["findings"]] == ["pth-exec"]
 
 
-def test_sandbox_command_installs_nothing(tmp_path, fake_home, wheelhouse, sdists, target):
+def test_sandbox_command_installs_nothing(tmp_path, fake_home, route, target):
     before = listing(target)
-    proc, report = pg_install(["legit_pure"], home=fake_home, target=target, wheelhouse=wheelhouse,
-                              sdists=sdists, cwd=tmp_path, command="sandbox")
+    proc, report = pg_install(["legit_pure"], home=fake_home, target=target, route=route,
+                              cwd=tmp_path, command="sandbox")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert listing(target) == before
     assert report["status"] == "clean"
 
 
-def test_install_without_sandbox_refuses_sdists(tmp_path, fake_home, wheelhouse, sdists, target):
+def test_install_without_sandbox_refuses_sdists(tmp_path, fake_home, route, target):
     before = listing(target)
     proc, _ = pg_install(["--no-sandbox", "legit_pure"], home=fake_home, target=target,
-                         wheelhouse=wheelhouse, sdists=sdists, cwd=tmp_path)
+                         route=route, cwd=tmp_path)
     assert proc.returncode == 2
     assert "--sandbox" in proc.stderr
     assert listing(target) == before
@@ -178,21 +242,21 @@ def _write_sdist(tmp_path, name, setup_py):
 
 
 @pytest.mark.parametrize("case", ["build_error", "hang", "corrupt", "traversal", "unknown", "bad_req"])
-def test_failures_leave_environment_unchanged(tmp_path, fake_home, wheelhouse, sdists, target, case):
-    extra = tmp_path / "extra"
-    extra.mkdir()
+def test_failures_leave_environment_unchanged(tmp_path, fake_home, links, target, case):
+    route = links  # one route is enough: the behaviour is not about where pip finds files
+    extra = route.add(tmp_path / "extra")
     args = []
     if case == "build_error":
         _write_sdist(tmp_path, "broken", "raise SystemExit('this package does not build')\n")
-        args = ["-f", str(extra), "broken"]
+        args = ["broken"]
     elif case == "hang":
         _write_sdist(tmp_path, "hangs", "import time\ntime.sleep(600)\n")
-        args = ["--timeout", "8", "-f", str(extra), "hangs"]
+        args = ["--build-timeout", "8", "hangs"]
     elif case == "corrupt":
         good = build_sdist(project("legit_pure"), tmp_path / "tmpsd")
         data = good.read_bytes()
         (extra / "corrupt-1.0.tar.gz").write_bytes(data[: len(data) // 2])
-        args = ["-f", str(extra), "corrupt"]
+        args = ["corrupt"]
     elif case == "traversal":
         path = extra / "evil-1.0.tar.gz"
         with tarfile.open(path, "w:gz") as tar:
@@ -202,7 +266,7 @@ def test_failures_leave_environment_unchanged(tmp_path, fake_home, wheelhouse, s
                 info.size = len(content)
                 import io
                 tar.addfile(info, io.BytesIO(content))
-        args = ["-f", str(extra), "evil"]
+        args = ["evil"]
     elif case == "unknown":
         args = ["no-such-package-pipguard-test"]
     elif case == "bad_req":
@@ -210,8 +274,8 @@ def test_failures_leave_environment_unchanged(tmp_path, fake_home, wheelhouse, s
         req.write_text("legit_pure\nthis is not ][ a requirement\n")
         args = ["-r", str(req)]
     before = listing(target)
-    proc, report = pg_install(args, home=fake_home, target=target, wheelhouse=wheelhouse,
-                              sdists=sdists, cwd=tmp_path)
+    proc, report = pg_install(args, home=fake_home, target=target, route=route,
+                              cwd=tmp_path)
     assert proc.returncode in (1, 2), proc.stderr[-2000:]
     if case in ("build_error", "hang", "corrupt", "unknown", "bad_req"):
         assert proc.returncode == 2, proc.stderr[-2000:]
@@ -220,17 +284,18 @@ def test_failures_leave_environment_unchanged(tmp_path, fake_home, wheelhouse, s
     assert not (tmp_path / "escaped.txt").exists()
 
 
-def test_probe_imports_catches_first_import_payload(tmp_path, fake_home, wheelhouse, sdists, target):
+def test_probe_imports_catches_first_import_payload(tmp_path, fake_home, links, target):
+    route = links  # one route is enough: the behaviour is not about where pip finds files
     src = tmp_path / "src" / "importbomb"
     (src / "importbomb").mkdir(parents=True)
     (src / "importbomb" / "__init__.py").write_text(
         "import os\ntry:\n    open(os.path.expanduser('~/.ssh/id_rsa')).read()\nexcept OSError:\n    pass\n")
     (src / "setup.py").write_text("from setuptools import setup\nsetup(name='importbomb', version='1.0', packages=['importbomb'])\n")
     (src / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n')
-    build_sdist(src, tmp_path / "extra")
+    build_sdist(src, route.add(tmp_path / "extra"))
     before = listing(target)
-    proc, report = pg_install(["--probe-imports", "-f", str(tmp_path / "extra"), "importbomb"],
-                              home=fake_home, target=target, wheelhouse=wheelhouse, sdists=sdists,
+    proc, report = pg_install(["--probe-imports", "importbomb"],
+                              home=fake_home, target=target, route=route,
                               cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert listing(target) == before
@@ -254,21 +319,23 @@ def tiny_tmp(tmp_path):
     subprocess.run(["umount", "-l", str(mnt)])
 
 
-def test_full_disk_leaves_environment_unchanged(tmp_path, fake_home, wheelhouse, sdists, target, tiny_tmp):
+def test_full_disk_leaves_environment_unchanged(tmp_path, fake_home, links, target, tiny_tmp):
+    route = links  # one route is enough: the behaviour is not about where pip finds files
     before = listing(target)
-    proc, _report = pg_install(["legit_cext"], home=fake_home, target=target, wheelhouse=wheelhouse,
-                               sdists=sdists, cwd=tmp_path, extra_env={"TMPDIR": str(tiny_tmp)})
+    proc, _report = pg_install(["legit_cext"], home=fake_home, target=target, route=route,
+                               cwd=tmp_path, extra_env={"TMPDIR": str(tiny_tmp)})
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr.split("pipguard:")[-1]
     assert listing(target) == before
 
 
-def test_no_observe_reads_still_blocks_native_reads(tmp_path, fake_home, wheelhouse, sdists, target,
+def test_no_observe_reads_still_blocks_native_reads(tmp_path, fake_home, links, target,
                                                      loopback_tcp):
+    route = links  # one route is enough: the behaviour is not about where pip finds files
     """The documented trade-off of --no-observe-reads: the native helper's read of the key is
     still refused (Landlock), but nobody reports it — the build looks clean and is installed."""
     proc, report = pg_install(["--no-observe-reads", "--keep-env", "PIPGUARD_TEST_SINK", "native_helper"],
-                              home=fake_home, target=target, wheelhouse=wheelhouse, sdists=sdists,
+                              home=fake_home, target=target, route=route,
                               cwd=tmp_path,
                               extra_env={"PIPGUARD_TEST_SINK": f"127.0.0.1:{loopback_tcp.port}"})
     assert "PIPGUARD-FAKE-SECRET" not in proc.stdout + proc.stderr
@@ -279,15 +346,14 @@ def test_no_observe_reads_still_blocks_native_reads(tmp_path, fake_home, wheelho
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_interrupt_during_build_leaves_environment_unchanged(tmp_path, fake_home, wheelhouse, sdists,
-                                                            target, sig):
+def test_interrupt_during_build_leaves_environment_unchanged(tmp_path, fake_home, links, target, sig):
     marker = f"pipguard-hang-{os.getpid()}-{int(sig)}"
     _write_sdist(tmp_path, "hangs", f"import time\nprint({marker!r}, flush=True)\ntime.sleep(600)\n")
     before = listing(target)
     report = tmp_path / "r.json"
     proc = subprocess.Popen(
         [PY, "-m", "pipguard", "install", "--sandbox", "--python", str(target / "bin" / "python"),
-         "--no-index", "-f", str(wheelhouse), "-f", str(tmp_path / "extra"), "--report", str(report),
+         *links.args(), "-f", str(tmp_path / "extra"), "--report", str(report),
          "-v", "hangs"],
         cwd=tmp_path, env=fake_home.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen = ""

@@ -1,0 +1,361 @@
+"""pipguard's piece inside the target interpreter's pip (stdlib only, Python 3.9+).
+
+pip is trusted code; package code is not. pip runs package code only in child
+Python processes: the PEP 517 hook calls (pyproject-hooks' ``_in_process.py
+HOOK CONTROL_DIR``), and, in pips that still have them, legacy ``setup.py``
+runs. This file is started by the pipguard process in place of ``python -m
+pip`` and puts pipguard at that seam:
+
+``target.py pip ARGS``
+    runs the real pip with ARGS after installing the seam below.
+``target.py runner PIP_RUNNER ARGS``
+    the same for a pip subprocess that pip starts itself (to install build
+    requirements into a build environment).
+``target.py hook PYTHON _in_process.py HOOK CONTROL_DIR``
+    the client of one hook call: hands the call (argv, cwd, environment and
+    its stdin/stdout/stderr) to the pipguard process, which runs it in a
+    sandbox of its own, and exits with the sandboxed call's status.
+``target.py refuse REASON``
+    prints why pipguard refused to start a process, exits 1.
+
+The seam (every pip process it runs in):
+  * ``subprocess.Popen`` (every process pip starts goes through its
+    ``_execute_child``): a hook call becomes ``target.py hook ...``, a pip
+    subprocess ``target.py runner ...``; any other start of a Python
+    interpreter (legacy ``setup.py`` paths) becomes ``target.py refuse``.
+    Programs that are not Python (git, hg, svn, keyring) start as pip starts
+    them: they are trusted tools, as pip treats them.
+  * an audit hook (PEP 578) refuses every other way of starting a Python
+    interpreter (``os.system``, ``os.exec*``, ``os.posix_spawn``): a pip whose
+    internals changed fails closed instead of running package code here.
+  * pip's ``install_given_reqs`` first asks pipguard to gate the wheels it is
+    about to install; pipguard answers install, stop (``pipguard sandbox``:
+    nothing is installed) or refuse.
+
+The channel is a unix socket in a directory private to pipguard's uid, named
+by ``PIPGUARD_SEAM`` (``PATH TOKEN``); sandboxed processes cannot create unix
+sockets at all (seccomp) and never see the variable (their environment is
+built by pipguard from an allow-list).
+"""
+
+import array
+import json
+import os
+import socket
+import subprocess
+import sys
+
+SEAM_VARIABLE = "PIPGUARD_SEAM"
+HERE = os.path.abspath(__file__)
+#: pips that still have legacy ``setup.py`` paths take this option, which
+#: routes every project through PEP 517 (pip >= 25.3 has no legacy path left)
+USE_PEP517 = "--use-pep517"
+#: exit status of ``target.py pip`` when the interpreter has no pip
+NO_PIP = 3
+
+
+class SeamError(Exception):
+    pass
+
+
+# --------------------------------------------------------------------------- channel
+def _channel():
+    value = os.environ.get(SEAM_VARIABLE, "")
+    path, _, token = value.partition(" ")
+    if not path or not token:
+        raise SeamError("pipguard's channel is not set (this file is started by pipguard only)")
+    return path, token
+
+
+def ask(message, fds=()):
+    """Send one request (a JSON object) and return pipguard's JSON answer."""
+    path, token = _channel()
+    message = dict(message, token=token)
+    data = (json.dumps(message) + "\n").encode()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+        if fds:
+            sock.sendmsg([data[:1]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+            data = data[1:]
+        sock.sendall(data)
+        answer = b""
+        while not answer.endswith(b"\n"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+    finally:
+        sock.close()
+    if not answer:
+        raise SeamError("pipguard closed the channel without an answer")
+    return json.loads(answer)
+
+
+# --------------------------------------------------------------------------- classification
+def _is_python(program):
+    """Whether ``program`` starts a Python interpreter (pip starts them by the
+    interpreter's path: sys.executable, or a build environment's venv python)."""
+    name = os.path.basename(program)
+    if name.startswith(("python", "pypy")):
+        return True
+    try:
+        real = os.path.realpath(program)
+    except (TypeError, ValueError):
+        return False
+    for known in (sys.executable, getattr(sys, "_base_executable", "")):
+        if known and real == os.path.realpath(known):
+            return True
+    return os.path.basename(real).startswith(("python", "pypy"))
+
+
+def _pip_dir():
+    pip = sys.modules.get("pip")
+    location = getattr(pip, "__file__", None)
+    return os.path.realpath(os.path.dirname(location)) if location else None
+
+
+def classify(argv):
+    """("hook"|"runner"|"refuse"|"pass", detail) for a command pip starts."""
+    argv = [os.fsdecode(a) if isinstance(a, bytes) else str(a) for a in argv]
+    if not argv or not _is_python(argv[0]):
+        return "pass", ""
+    if len(argv) >= 3 and os.path.realpath(argv[1]) == HERE:
+        return "ours", ""  # already rewritten (a runner or a hook client)
+    pip_dir = _pip_dir()
+    if pip_dir and len(argv) == 4:
+        script = os.path.realpath(argv[1])
+        hooks_dir = os.path.join(pip_dir, "_vendor", "pyproject_hooks") + os.sep
+        if script.startswith(hooks_dir) and os.path.basename(script) == "_in_process.py":
+            return "hook", ""
+    if pip_dir and len(argv) >= 2:
+        runner = os.path.realpath(argv[1])
+        if runner in (os.path.join(pip_dir, "__pip-runner__.py"), pip_dir):
+            return "runner", ""
+    return "refuse", " ".join(argv[:6])
+
+
+def rewrite(argv):
+    """The command to start instead of ``argv`` (None: start it unchanged)."""
+    kind, detail = classify(argv)
+    if kind in ("pass", "ours"):
+        return None
+    python = sys.executable
+    if kind == "hook":
+        return [python, "-I", "-S", HERE, "hook", *argv]
+    if kind == "runner":
+        return [argv[0], HERE, "runner", *argv[1:]]
+    return [python, "-I", "-S", HERE, "refuse",
+            "pip tried to run package code outside a PEP 517 hook (a legacy setup.py path?): " + detail]
+
+
+# --------------------------------------------------------------------------- pip side
+def install_seam(role):
+    original = subprocess.Popen._execute_child
+
+    def _execute_child(self, args, executable, *rest, **kwargs):
+        argv = [args] if isinstance(args, (str, bytes, os.PathLike)) else list(args)
+        replacement = rewrite(argv)
+        if replacement is not None:
+            args, executable = replacement, None
+        return original(self, args, executable, *rest, **kwargs)
+
+    subprocess.Popen._execute_child = _execute_child
+    sys.addaudithook(_audit)
+    sys.meta_path.insert(0, _GateFinder(role))
+
+
+def _audit(event, args):
+    # Backstop: every way to start a program other than subprocess.Popen.
+    if event in ("os.system", "os.spawn"):
+        raise PermissionError(f"pipguard: pip may not start processes through {event}")
+    if event in ("os.exec", "os.posix_spawn"):
+        path, argv = args[0], args[1]
+        program = os.fsdecode(path) if isinstance(path, (bytes, str, os.PathLike)) else ""
+        if _is_python(program) and classify(list(argv) or [program])[0] not in ("ours", "pass"):
+            raise PermissionError(f"pipguard: refusing {event} of a Python interpreter outside the seam")
+
+
+class _GateFinder:
+    """Wraps ``install_given_reqs`` when pip's install command module loads."""
+
+    TARGET = "pip._internal.commands.install"
+
+    def __init__(self, role):
+        self.role = role
+
+    def find_spec(self, name, path=None, target=None):
+        if name != self.TARGET:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _GateLoader(spec.loader, self.role)
+                return spec
+        return None
+
+
+class _GateLoader:
+    def __init__(self, loader, role):
+        self.loader = loader
+        self.role = role
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        self.loader.exec_module(module)
+        original = getattr(module, "install_given_reqs", None)
+        command = getattr(module, "InstallCommand", None)
+        if original is None or command is None:
+            _refuse_command(command, "this pip's install command has no install_given_reqs")
+            return
+        module.install_given_reqs = _gated(original, self.role)
+
+
+def _refuse_command(command, why):
+    def run(self, options, args):
+        from pip._internal.exceptions import CommandError
+
+        raise CommandError(f"pipguard does not support this pip ({why}); nothing was installed")
+
+    if command is not None:
+        command.run = run
+
+
+def _describe(requirement):
+    path = getattr(requirement, "local_file_path", None)
+    return {
+        "name": getattr(requirement, "name", None),
+        "path": path,
+        "editable": bool(getattr(requirement, "editable", False)),
+        "is_wheel": bool(getattr(requirement, "is_wheel", False)),
+        "user_supplied": bool(getattr(requirement, "user_supplied", False)),
+        "reinstall": bool(getattr(requirement, "should_reinstall", False)),
+    }
+
+
+def _scheme(original, args, kwargs, names):
+    """Where pip will install each distribution (pip's own get_scheme)."""
+    try:
+        import inspect
+
+        from pip._internal.locations import get_scheme
+
+        bound = inspect.signature(original).bind(*args, **kwargs).arguments
+        out = {}
+        for name in names:
+            scheme = get_scheme(name, user=bool(bound.get("use_user_site")), home=bound.get("home"),
+                                root=bound.get("root"), isolated=False, prefix=bound.get("prefix"))
+            out[name] = {key: getattr(scheme, key) for key in ("purelib", "platlib", "scripts",
+                                                               "data", "headers")}
+        return out
+    except Exception:
+        return None
+
+
+def _gated(original, role):
+    def install_given_reqs(requirements, *args, **kwargs):
+        from pip._internal.exceptions import InstallationError
+
+        wheels = [_describe(r) for r in requirements]
+        answer = ask({"type": "gate", "role": role, "wheels": wheels,
+                      "schemes": _scheme(original, (requirements, *args), kwargs,
+                                         [w["name"] for w in wheels if w["name"]])})
+        decision = answer.get("decision")
+        if decision == "install":
+            return original(requirements, *args, **kwargs)
+        if decision == "stop":
+            return []
+        raise InstallationError(answer.get("message") or "pipguard refused the install")
+
+    install_given_reqs.__wrapped__ = original
+    return install_given_reqs
+
+
+def _with_pep517(args):
+    """pip's arguments with ``--use-pep517`` where pip has legacy paths."""
+    if "install" not in args or USE_PEP517 in args:
+        return list(args)
+    try:
+        from pip._internal.cli import cmdoptions
+    except Exception:
+        return list(args)
+    if not hasattr(cmdoptions, "use_pep517"):
+        return list(args)  # a pip without the option has no legacy path either
+    args = list(args)
+    if "--" in args:
+        at = args.index("--")
+        return args[:at] + [USE_PEP517] + args[at:]
+    return args + [USE_PEP517]
+
+
+def run_pip(args):
+    """The top-level pip: as ``python -m pip ARGS``, with the seam."""
+    del sys.path[0]  # this file's directory; ``-m`` would have put the cwd, which pip removes
+    try:
+        import pip  # noqa: F401
+    except ImportError:
+        sys.stderr.write(f"pipguard: {sys.executable} has no pip\n")
+        sys.exit(NO_PIP)
+    install_seam("top")
+    import runpy
+
+    sys.argv = ["pip", *_with_pep517(args)]
+    runpy.run_module("pip", run_name="__main__", alter_sys=True)
+
+
+def run_runner(runner, args):
+    """A pip subprocess pip started itself (build requirements): its runner, with the seam."""
+    del sys.path[0]
+    install_seam("build-env")
+    import runpy
+
+    sys.argv = [runner, *_with_pep517(args)]
+    runpy.run_path(runner, run_name="__main__")
+
+
+# --------------------------------------------------------------------------- hook client
+def run_hook(argv):
+    """Hand one hook call to pipguard; exit with its status."""
+    try:
+        answer = ask({"type": "hook", "argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)},
+                     fds=(0, 1, 2))
+    except (OSError, SeamError, ValueError) as exc:
+        sys.stderr.write(f"pipguard: the hook call could not be handed to the sandbox: {exc}\n")
+        return 1
+    message = answer.get("message")
+    if message:
+        sys.stderr.write(message.rstrip("\n") + "\n")
+    return int(answer.get("exit", 1))
+
+
+def main(argv):
+    if not argv:
+        sys.stderr.write("usage: target.py pip|runner|hook|refuse ...\n")
+        return 2
+    mode, rest = argv[0], argv[1:]
+    if mode == "pip":
+        run_pip(rest)
+        return 0
+    if mode == "runner":
+        run_runner(rest[0], rest[1:])
+        return 0
+    if mode == "hook":
+        return run_hook(rest)
+    if mode == "refuse":
+        reason = rest[0] if rest else "refused"
+        try:
+            ask({"type": "refuse", "reason": reason})
+        except (OSError, SeamError, ValueError):
+            pass
+        sys.stderr.write(f"pipguard: {reason}\n")
+        return 1
+    sys.stderr.write(f"target.py: unknown mode {mode!r}\n")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,279 @@
+"""One PEP 517 hook call pip makes, run in a sandbox of its own.
+
+pip (through pyproject-hooks) runs ``PYTHON _in_process.py HOOK CONTROL_DIR``
+in the project's source tree, after writing ``CONTROL_DIR/input.json`` (the
+hook's keyword arguments: output directories, config settings). From that
+trusted input pipguard derives what this call may touch:
+
+- read and write: the call's own source tree (its working directory), its
+  control directory, and the output directory pip gave it (``wheel_directory``,
+  ``metadata_directory`` of a prepare-metadata call, ``sdist_directory``);
+- read: its build environment (pip's ``pip-build-env-*`` prefix), the
+  metadata pip prepared earlier for it, pip's hook runner, and the system;
+- nothing else: no other package's tree or output, no home, no network
+  unless a build host is allowed (``--allow-build-host``).
+
+After the call, what the hook returned is checked before pip acts on it: the
+result must name a regular file or directory inside the output directory
+(not a path elsewhere, not a symlink), and nothing else may have appeared
+there (a second wheel dropped next to its own is refused).
+"""
+
+from __future__ import annotations
+
+import email.parser
+import json
+import os
+import stat
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from pipguard.policy import HostPort, Policy
+from pipguard.report import Report
+
+#: hook -> the input.json keyword that names its output directory
+OUTPUT_KEY = {
+    "build_wheel": "wheel_directory",
+    "build_editable": "wheel_directory",
+    "build_sdist": "sdist_directory",
+    "prepare_metadata_for_build_wheel": "metadata_directory",
+    "prepare_metadata_for_build_editable": "metadata_directory",
+}
+#: hooks whose result is a list of requirement strings
+REQUIRES_HOOKS = ("get_requires_for_build_wheel", "get_requires_for_build_sdist",
+                  "get_requires_for_build_editable")
+KNOWN_HOOKS = (*OUTPUT_KEY, *REQUIRES_HOOKS, "_supported_features")
+#: variables of a hook call that carry no credentials and the call needs:
+#: pyproject-hooks' backend selection and the build environment pip set up
+HOOK_ENV = ("PEP517_BUILD_BACKEND", "PEP517_BACKEND_PATH", "_PYPROJECT_HOOKS_BUILD_BACKEND",
+            "_PYPROJECT_HOOKS_BACKEND_PATH", "PYTHONPATH", "PYTHONNOUSERSITE", "PYTHONNOUSERBASE")
+
+
+class HookCallRefused(Exception):
+    """The request does not look like a hook call pip makes."""
+
+
+@dataclass(frozen=True)
+class HookCall:
+    """What one hook call is and may touch (derived from pip's trusted input)."""
+
+    hook: str
+    package: str            # canonical name, for the report
+    version: str            # "" when the source tree does not say
+    argv: Tuple[str, ...]
+    cwd: str
+    env: Dict[str, str]
+    control_dir: str
+    output_dir: Optional[str]
+    reads: Tuple[str, ...]
+    writes: Tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something about a hook call's result that refuses the install."""
+
+    rule: str
+    message: str
+    path: str = ""
+
+
+@dataclass(frozen=True)
+class HookResult:
+    call: HookCall
+    report: Report
+    problems: Tuple[Problem, ...] = ()
+
+    @property
+    def clean(self) -> bool:
+        return self.report.verdict == "clean" and not self.problems and self.report.exit_code == 0
+
+    @property
+    def refusing(self) -> bool:
+        """Blocked attempts or a bad result: refuses the whole install."""
+        return self.report.verdict == "blocked" or bool(self.problems)
+
+
+def plan_call(argv: Sequence[str], cwd: str, env: Dict[str, str]) -> HookCall:
+    """Derive a :class:`HookCall` from what pip's hook client sent."""
+    if len(argv) != 4:
+        raise HookCallRefused(f"unexpected hook command: {list(argv)[:6]}")
+    python, script, hook, control_dir = (str(a) for a in argv)
+    if hook not in KNOWN_HOOKS:
+        raise HookCallRefused(f"unknown PEP 517 hook {hook!r}")
+    control_dir = os.path.realpath(control_dir)
+    kwargs = _read_input(control_dir)
+    cwd = os.path.realpath(cwd)
+    output_dir = None
+    reads: List[str] = [os.path.dirname(os.path.realpath(script))]
+    writes: List[str] = [control_dir]
+    if hook in OUTPUT_KEY:
+        output = kwargs.get(OUTPUT_KEY[hook])
+        if not isinstance(output, str) or not os.path.isdir(output):
+            raise HookCallRefused(f"{hook}: pip gave no output directory")
+        output_dir = os.path.realpath(output)
+        writes.append(output_dir)
+    prepared = kwargs.get("metadata_directory") if hook in ("build_wheel", "build_editable") else None
+    if isinstance(prepared, str) and os.path.isdir(prepared):
+        reads.append(os.path.realpath(prepared))
+    reads += _build_env_roots(env, python)
+    name, version = source_identity(cwd)
+    clean_env = {k: v for k, v in env.items() if not k.startswith(("PIP_", "PIPGUARD_"))}
+    return HookCall(hook, name, version, (python, script, hook, control_dir), cwd, clean_env,
+                    control_dir, output_dir, tuple(dict.fromkeys(r for r in reads if r != cwd)),
+                    tuple(dict.fromkeys(writes)))
+
+
+def _read_input(control_dir: str) -> dict:
+    try:
+        with open(os.path.join(control_dir, "input.json"), encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise HookCallRefused(f"cannot read the hook's input.json: {exc}") from None
+    kwargs = data.get("kwargs") if isinstance(data, dict) else None
+    if not isinstance(kwargs, dict):
+        raise HookCallRefused("the hook's input.json has no kwargs")
+    return kwargs
+
+
+def _build_env_roots(env: Dict[str, str], python: str) -> List[str]:
+    """pip's build environment: the ``pip-build-env-*`` directories named by
+    PYTHONPATH and PATH (pip <= 25 prefixes) or holding the hook's python
+    (pip >= 26 venvs)."""
+    roots: List[str] = []
+    candidates = [*env.get("PYTHONPATH", "").split(os.pathsep), *env.get("PATH", "").split(os.pathsep),
+                  os.path.dirname(python)]
+    for entry in candidates:
+        if not entry or not os.path.isabs(entry):
+            continue
+        path = os.path.realpath(entry) if os.path.exists(entry) else os.path.abspath(entry)
+        while path not in ("/", ""):
+            if os.path.basename(path).startswith("pip-build-env-"):
+                if os.path.isdir(path):
+                    roots.append(path)
+                break
+            path = os.path.dirname(path)
+    return roots
+
+
+def source_identity(source_dir: str) -> Tuple[str, str]:
+    """(canonical name, version) of the project in ``source_dir``, for the
+    report only: PKG-INFO of an sdist, else pyproject.toml's ``[project]``,
+    else pip's directory name (``NAME_HASH``) or the directory's name."""
+    from packaging.utils import canonicalize_name
+
+    try:
+        with open(os.path.join(source_dir, "PKG-INFO"), "rb") as handle:
+            meta = email.parser.BytesParser().parse(handle, headersonly=True)
+        if meta.get("Name"):
+            return canonicalize_name(str(meta["Name"])), str(meta.get("Version") or "")
+    except (OSError, ValueError):
+        pass
+    try:
+        project = _load_toml(os.path.join(source_dir, "pyproject.toml")).get("project", {})
+        if isinstance(project, dict) and isinstance(project.get("name"), str):
+            version = project.get("version")
+            return canonicalize_name(project["name"]), version if isinstance(version, str) else ""
+    except (OSError, ValueError):
+        pass
+    base = os.path.basename(source_dir.rstrip("/"))
+    head, sep, tail = base.rpartition("_")
+    if sep and len(tail) >= 8 and tail.isalnum():
+        base = head  # pip's NAME_HASH unpack directory
+    return canonicalize_name(base), ""
+
+
+def _load_toml(path: str) -> dict:
+    try:
+        import tomllib  # Python >= 3.11
+    except ImportError:  # pragma: no cover - depends on the interpreter
+        import tomli as tomllib  # type: ignore[no-redef]
+    with open(path, "rb") as handle:
+        return tomllib.load(handle)
+
+
+def sandbox_policy(call: HookCall, *, isolation: str, build_hosts: Sequence[HostPort],
+                   timeout: Optional[float], keep_env: Sequence[str], observe_reads: bool,
+                   extra_read: Sequence[str] = (), extra_write: Sequence[str] = ()) -> Policy:
+    return Policy(
+        isolation=isolation, allow_hosts=tuple(build_hosts),
+        allow_read=tuple(dict.fromkeys([*call.reads, *extra_read])),
+        allow_write=tuple(dict.fromkeys([*call.writes, *extra_write])),
+        timeout=timeout, keep_env=tuple(dict.fromkeys([*HOOK_ENV, *keep_env])),
+        observe_reads=observe_reads,
+    )
+
+
+def check_result(call: HookCall, succeeded: bool = True) -> Tuple[Problem, ...]:
+    """What is wrong with what the hook left for pip (empty: nothing). A
+    call that failed (``succeeded`` False) owes no result: pip reports it."""
+    problems: List[Problem] = []
+    expected_control = {"input.json", "output.json"}
+    try:
+        entries = set(os.listdir(call.control_dir))
+    except OSError as exc:
+        return (Problem("hook-output", f"the control directory is gone: {exc}"),)
+    for extra in sorted(entries - expected_control):
+        problems.append(Problem("hook-output", "unexpected file in the hook's control directory",
+                                os.path.join(call.control_dir, extra)))
+    output_json = os.path.join(call.control_dir, "output.json")
+    if not succeeded and not os.path.lexists(output_json):
+        return tuple(problems)
+    if not _regular(output_json):
+        problems.append(Problem("hook-output", "output.json is missing or not a regular file", output_json))
+        return tuple(problems)
+    try:
+        with open(output_json, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return tuple(problems)  # pip reports an unreadable result itself; nothing to trust or install
+    if not isinstance(data, dict) or "return_val" not in data:
+        return tuple(problems)  # unsupported/missing hook: pip handles those answers
+    value = data["return_val"]
+    if call.hook in REQUIRES_HOOKS:
+        if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            problems.append(Problem("hook-output", f"{call.hook} returned something other than "
+                                    "a list of requirement strings"))
+    elif call.hook in OUTPUT_KEY and call.output_dir is not None:
+        problems += _check_output(call, value)
+    return tuple(problems)
+
+
+def _check_output(call: HookCall, value) -> List[Problem]:
+    assert call.output_dir is not None
+    problems: List[Problem] = []
+    if not isinstance(value, str) or not value or value != os.path.basename(value) or value in (".", ".."):
+        return [Problem("hook-output", f"{call.hook} returned {str(value)[:200]!r}, not a name inside "
+                        "its output directory")]
+    result = os.path.join(call.output_dir, value)
+    wants_dir = call.hook.startswith("prepare_metadata")
+    try:
+        mode = os.lstat(result).st_mode
+    except OSError:
+        return [Problem("hook-output", f"{call.hook} returned {value!r}, which does not exist", result)]
+    if wants_dir:
+        if not stat.S_ISDIR(mode):
+            problems.append(Problem("hook-output", "prepared metadata is not a directory", result))
+        else:
+            for root, dirs, files in os.walk(result):
+                for name in dirs + files:
+                    path = os.path.join(root, name)
+                    if os.path.islink(path) or not (os.path.isdir(path) or _regular(path)):
+                        problems.append(Problem("hook-output", "link or special file in prepared metadata",
+                                                path))
+    elif not stat.S_ISREG(mode):
+        problems.append(Problem("hook-output", f"{call.hook}'s result is not a regular file", result))
+    if wants_dir:
+        return problems  # pip reads only the returned directory (setuptools leaves its egg-info too)
+    for extra in sorted(set(os.listdir(call.output_dir)) - {value}):
+        problems.append(Problem("unexpected-output", f"{call.hook} left something besides its result "
+                                "in its output directory (only the returned artifact is used)",
+                                os.path.join(call.output_dir, extra)))
+    return problems
+
+
+def _regular(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False

@@ -1,0 +1,148 @@
+"""The pipguard end of the install seam: a private channel that the pip
+processes of one install use to hand hook calls and gate decisions to pipguard.
+
+The target side is :mod:`pipguard._seam.target` (stdlib only, runs in the
+target interpreter). One request per connection: a JSON line, with the hook
+client's stdin/stdout/stderr attached (SCM_RIGHTS) to a hook request; one JSON
+line answers it.
+
+Who can reach the channel: it is a unix socket in a 0700 directory of
+pipguard's uid, and every request carries a random token that only pip's
+environment holds. Sandboxed processes cannot create unix sockets (seccomp
+denies AF_UNIX in every mode) and their environment is built from an
+allow-list, so neither the socket nor the token reaches them.
+"""
+
+from __future__ import annotations
+
+import array
+import json
+import os
+import secrets
+import select
+import shutil
+import socket
+import tempfile
+from typing import Callable, Dict, List, Optional, Tuple
+
+from pipguard.errors import PipguardError
+
+TARGET_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_seam", "target.py")
+SEAM_VARIABLE = "PIPGUARD_SEAM"
+#: a request larger than this is not from our client
+MAX_REQUEST = 16 * 1024 * 1024
+
+Handler = Callable[[dict, List[int]], dict]
+
+
+class SeamServer:
+    """Listens on the private socket; :meth:`serve` answers requests until the
+    pip process ends. Single-threaded: sandboxes fork from this thread."""
+
+    def __init__(self) -> None:
+        self.directory = tempfile.mkdtemp(prefix="pipguard-seam-")
+        os.chmod(self.directory, 0o700)
+        self.path = os.path.join(self.directory, "seam.sock")
+        self.token = secrets.token_hex(24)
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(self.path)
+        os.chmod(self.path, 0o600)
+        self._listener.listen(8)
+        self._listener.set_inheritable(False)
+
+    @property
+    def env_value(self) -> str:
+        return f"{self.path} {self.token}"
+
+    def serve(self, pid: int, handlers: Dict[str, Handler]) -> None:
+        """Answer requests until process ``pid`` (pip) exits. Returns without
+        reaping it (the caller waits for its status)."""
+        pidfd = _pidfd(pid)
+        try:
+            while True:
+                watched = [self._listener] + ([pidfd] if pidfd is not None else [])
+                ready, _, _ = select.select(watched, [], [], None if pidfd is not None else 0.2)
+                if self._listener in ready:
+                    self._one(handlers)
+                    continue
+                if pidfd is not None and pidfd in ready:
+                    return
+                if pidfd is None and _exited(pid):
+                    return
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
+
+    def _one(self, handlers: Dict[str, Handler]) -> None:
+        conn, _ = self._listener.accept()
+        fds: List[int] = []
+        try:
+            conn.settimeout(30)
+            request, fds = _receive(conn)
+            if not secrets.compare_digest(str(request.get("token", "")), self.token):
+                answer = {"error": "bad token"}
+            else:
+                handler = handlers.get(str(request.get("type")))
+                answer = handler(request, fds) if handler else {"error": "unknown request"}
+            conn.sendall((json.dumps(answer) + "\n").encode())
+        except (OSError, ValueError):
+            pass  # the client went away; its pip reports the failed call
+        finally:
+            for fd in fds:
+                os.close(fd)
+            conn.close()
+
+    def close(self) -> None:
+        self._listener.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _receive(conn: socket.socket) -> Tuple[dict, List[int]]:
+    fds: List[int] = []
+    data = b""
+    first = True
+    while not data.endswith(b"\n"):
+        if first:
+            chunk, ancdata, _flags, _addr = conn.recvmsg(65536, socket.CMSG_SPACE(3 * 4))
+            for level, kind, payload in ancdata:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    got = array.array("i")
+                    got.frombytes(payload[: len(payload) - (len(payload) % got.itemsize)])
+                    fds.extend(got)
+            first = False
+        else:
+            chunk = conn.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+        if len(data) > MAX_REQUEST:
+            raise ValueError("request too large")
+    try:
+        return json.loads(data), fds
+    except ValueError:
+        for fd in fds:
+            os.close(fd)
+        raise
+
+
+def _pidfd(pid: int) -> Optional[int]:
+    try:
+        return os.pidfd_open(pid)  # Linux >= 5.3, Python >= 3.9
+    except (AttributeError, OSError):
+        return None
+
+
+def _exited(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return False
+
+
+class ChannelError(PipguardError):
+    """The seam could not be set up."""
