@@ -8,17 +8,14 @@ to ``DIR/gate``; ``PIPGUARD_OFFLINE=1`` never downloads). Without them the tests
 from __future__ import annotations
 
 import base64
-import contextlib
-import fcntl
 import hashlib
 import io
+import json
 import os
-import shutil
 import stat
 import subprocess
 import sys
 import tarfile
-import tempfile
 import textwrap
 import zipfile
 from pathlib import Path
@@ -27,6 +24,7 @@ from typing import Dict, Optional
 import pytest
 
 import support
+from support import gatewheels
 from pipguard import gate
 from pipguard.errors import PipError, UsageError
 from pipguard.gate import Finding, scan_artifact, scan_sdist, scan_wheel
@@ -92,32 +90,6 @@ ECOSYSTEM_PINS = ("requests==2.32.3", "six==1.16.0", "attrs==24.2.0", "packaging
                   "pip==24.3.1", "Cython==3.0.11")
 
 
-def _cache_dir() -> Path:
-    root = os.environ.get("PIPGUARD_TEST_CACHE")
-    base = Path(root) if root else Path(os.path.expanduser("~")) / ".cache" / "pipguard-tests"
-    return base / "gate"
-
-
-@contextlib.contextmanager
-def _locked(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def _wheel_for(directory: Path, pin: str) -> Optional[Path]:
-    name, version = pin.split("==")
-    stem = name.lower().replace("-", "_")
-    for p in directory.glob("*.whl"):
-        if p.name.lower().startswith(f"{stem}-{version}-"):
-            return p
-    return None
-
-
 def _unavailable(msg: str):
     if support.strict():
         pytest.fail(f"{msg} (PIPGUARD_REQUIRE_ALL_LAYERS=1)", pytrace=False)
@@ -125,45 +97,11 @@ def _unavailable(msg: str):
 
 
 def _fetch(pins) -> Dict[str, Path]:
-    """``{pin: wheel}``, downloading the missing ones into the cache (CPython 3.11 x86_64 wheels
-    for binary projects: the gate reads them, nothing installs them)."""
-    directory = _cache_dir()
-    with _locked(directory.parent / "gate.lock"):
-        missing = [p for p in pins if _wheel_for(directory, p) is None] if directory.is_dir() else list(pins)
-        if missing:
-            if os.environ.get("PIPGUARD_OFFLINE") == "1":
-                _unavailable(f"released wheels {missing} not cached in {directory} and PIPGUARD_OFFLINE=1")
-            directory.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=".download-", dir=directory.parent))
-            env = support.clean_env(os.path.expanduser("~"))
-            for keep in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY",
-                         "no_proxy", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT"):
-                if keep in os.environ:
-                    env[keep] = os.environ[keep]
-            argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                    "--platform", "manylinux2014_x86_64", "--platform", "any",
-                    "--python-version", "3.11", "--implementation", "cp",
-                    "--abi", "cp311", "--abi", "abi3", "--abi", "none",
-                    "--index-url", os.environ.get("PIPGUARD_TEST_INDEX_URL", "https://pypi.org/simple"),
-                    "-d", str(tmp)]
-            try:
-                # One pin per call: several versions of one project cannot share a resolve.
-                for pin in missing:
-                    proc = subprocess.run(argv + [pin], env=env, stdout=subprocess.PIPE,
-                                          stderr=subprocess.STDOUT, universal_newlines=True,
-                                          timeout=600)
-                    if proc.returncode != 0:
-                        tail = "\n".join(proc.stdout.splitlines()[-5:])
-                        _unavailable(f"cannot download {pin} (offline?): {tail}")
-                for wheel in tmp.glob("*.whl"):
-                    os.replace(wheel, directory / wheel.name)
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
-        out = {p: _wheel_for(directory, p) for p in pins}
-    absent = [p for p, w in out.items() if w is None]
-    if absent:
-        _unavailable(f"released wheels {absent} missing from {directory} after download")
-    return out
+    try:
+        return gatewheels.fetch(pins)
+    except gatewheels.GateWheelsUnavailable as exc:
+        _unavailable(str(exc))
+        raise
 
 
 @pytest.fixture(scope="session")
@@ -230,19 +168,19 @@ def test_pth_path_escape_is_high(tmp_path):
     assert [(f.severity, f.line) for f in got] == [("high", 1), ("high", 2)]
 
 
-def test_editable_finder_pth_is_critical_and_says_why(tmp_path):
+def test_editable_finder_pth_in_a_normal_wheel_is_critical_and_says_why(tmp_path):
     whl = make_wheel(tmp_path, {"__editable___demo_1_0_finder.py": b"",
                                 "__editable__.demo-1.0.pth":
                                     b"import __editable___demo_1_0_finder; "
                                     b"__editable___demo_1_0_finder.install()\n"})
     (f,) = only(scan_wheel(whl), "pth-exec")
-    assert f.severity == "critical" and "editable" in f.message
+    assert f.severity == "critical" and "not built editable" in f.message
 
 
-def test_editable_path_pth_is_only_informational(tmp_path):
+def test_editable_path_pth_in_a_normal_wheel_is_high(tmp_path):
     whl = make_wheel(tmp_path, {"__editable__.demo-1.0.pth": b"/home/dev/src/demo\n"})
     (f,) = scan_wheel(whl)
-    assert (f.rule, f.severity) == ("pth-path-escape", "medium")
+    assert (f.rule, f.severity) == ("pth-path-escape", "high")
 
 
 def test_huge_site_pth_is_not_read_but_reported(tmp_path, monkeypatch):
@@ -252,13 +190,168 @@ def test_huge_site_pth_is_not_read_but_reported(tmp_path, monkeypatch):
     assert (f.rule, f.severity) == ("pth-exec", "critical") and "not read" in f.message
 
 
+# --- editable installs (PEP 660), built by the real backends --------------------------------------
+
+#: One setuptools release per distinct `_FINDER_TEMPLATE` (pthshapes.SETUPTOOLS_FINDER_DIGESTS);
+#: setuptools < 70.1 needs `wheel` to build.
+EDITABLE_SETUPTOOLS = ("setuptools==64.0.0", "setuptools==65.1.1", "setuptools==65.3.0",
+                       "setuptools==68.1.0", "setuptools==68.1.2", "setuptools==68.2.2",
+                       "setuptools==70.0.0", "setuptools==75.8.0")
+EDITABLE_HELPERS = ("wheel==0.45.1", "editables==0.5")
+
+
+@pytest.fixture(scope="session")
+def editable_tools(tmp_path_factory) -> Dict[str, Path]:
+    """Each pin's wheel unpacked into its own directory (a pure wheel is importable as is)."""
+    wheels = _fetch(EDITABLE_SETUPTOOLS + EDITABLE_HELPERS)
+    root = tmp_path_factory.mktemp("editable-tools")
+    out = {}
+    for pin, whl in wheels.items():
+        dest = root / pin.replace("==", "-")
+        with zipfile.ZipFile(whl) as zf:
+            zf.extractall(dest)
+        out[pin] = dest
+    return out
+
+
+def _project(root: Path, name: str, src_layout: bool) -> Path:
+    proj = root / f"{name}-proj"
+    pkg = proj / "src" / name if src_layout else proj / name
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("VALUE = 1\n")
+    (proj / "pyproject.toml").write_text(textwrap.dedent(f"""\
+        [build-system]
+        requires = ["setuptools"]
+        build-backend = "setuptools.build_meta"
+        [project]
+        name = "{name}"
+        version = "1.0"
+        """) + ("" if src_layout else f'[tool.setuptools]\npackages = ["{name}"]\n'))
+    return proj
+
+
+def build_editable(project: Path, paths, out: Path, home: Path) -> Path:
+    """What pip does for `pip install -e project`: the backend's PEP 660 `build_editable` hook."""
+    out.mkdir(exist_ok=True)
+    code = ("import sys; sys.path[:0] = sys.argv[1:]; import setuptools.build_meta as b; "
+            f"print(b.build_editable({str(out)!r}))")
+    proc = subprocess.run([sys.executable, "-I", "-c", code, *map(str, paths)], cwd=str(project),
+                          env=support.clean_env(home), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, universal_newlines=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    return out / proc.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("pin", EDITABLE_SETUPTOOLS)
+def test_setuptools_editable_finder_is_informational_for_its_project(tmp_path, editable_tools, pin):
+    """Flat layout: setuptools writes `import __editable___demo_1_0_finder; ...install()` and the
+    finder module; recognised (info) for its project, critical for any other wheel."""
+    proj = _project(tmp_path, "demo", src_layout=False)
+    whl = build_editable(proj, [editable_tools[pin], editable_tools["wheel==0.45.1"]],
+                         tmp_path / "out", tmp_path / "home")
+    with zipfile.ZipFile(whl) as zf:
+        assert "__editable___demo_1_0_finder.py" in zf.namelist(), pin
+    (f,) = scan_wheel(whl, editable_project=proj)
+    assert (f.severity, f.rule) == ("info", "pth-known-hook"), (pin, f)
+    assert "setuptools-editable-finder" in f.message and "__editable___demo_1_0_finder" in f.message
+    (quiet,) = scan_wheel(whl)
+    assert (quiet.severity, quiet.rule) == ("critical", "pth-exec")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (loud,) = scan_wheel(whl, editable_project=elsewhere)
+    assert loud.severity == "critical" and str(proj / "demo") in loud.message
+
+
+def test_setuptools_editable_path_line_is_informational_for_its_project(tmp_path, editable_tools):
+    """src layout: setuptools writes the absolute src directory as a plain path line."""
+    proj = _project(tmp_path, "demo", src_layout=True)
+    whl = build_editable(proj, [editable_tools["setuptools==75.8.0"]], tmp_path / "out", tmp_path / "home")
+    (f,) = scan_wheel(whl, editable_project=proj)
+    assert (f.severity, f.rule, f.evidence) == ("info", "pth-editable-path", str((proj / "src").resolve()))
+    (g,) = scan_wheel(whl)
+    assert (g.severity, g.rule) == ("high", "pth-path-escape")
+
+
+def _rewrite(whl: Path, directory: Path, replace: Dict[str, bytes]) -> Path:
+    """The wheel's members with some replaced (RECORD recomputed: only the change is wrong)."""
+    with zipfile.ZipFile(whl) as zf:
+        files = {n: zf.read(n) for n in zf.namelist() if not n.endswith(("/RECORD", ".dist-info/METADATA",
+                                                                          ".dist-info/WHEEL"))}
+    files.update(replace)
+    directory.mkdir()
+    return make_wheel(directory, {k: v for k, v in files.items() if v is not None})
+
+
+@pytest.fixture
+def real_finder_wheel(tmp_path, editable_tools):
+    proj = _project(tmp_path, "demo", src_layout=False)
+    whl = build_editable(proj, [editable_tools["setuptools==75.8.0"]], tmp_path / "out", tmp_path / "home")
+    with zipfile.ZipFile(whl) as zf:
+        finder = zf.read("__editable___demo_1_0_finder.py").decode()
+        pth = zf.read("__editable__.demo-1.0.pth").decode()
+    return proj, whl, finder, pth
+
+
+@pytest.mark.parametrize("change", [
+    "extra statement in the finder", "finder calls os.system in MAPPING", "finder maps /etc",
+    "extra statement in the .pth line", "another module", "finder module missing",
+    "exec in the .pth line",
+])
+def test_near_miss_editable_finder_is_critical(tmp_path, real_finder_wheel, change):
+    proj, whl, finder, pth = real_finder_wheel
+    mod, line = "__editable___demo_1_0_finder.py", pth.strip()
+    replace = {
+        "extra statement in the finder": {mod: (finder + "\nimport os\nos.system('id')\n").encode()},
+        "finder calls os.system in MAPPING": {mod: finder.replace(
+            "MAPPING: dict[str, str] = {", "MAPPING: dict[str, str] = {**__import__('os').system('id'), ").encode()},
+        "finder maps /etc": {mod: finder.replace(str(proj / "demo"), "/etc").encode()},
+        "extra statement in the .pth line": {"__editable__.demo-1.0.pth": (line + "; import os\n").encode()},
+        "another module": {"__editable__.demo-1.0.pth": b"import evil_finder; evil_finder.install()\n",
+                           "evil_finder.py": finder.encode()},
+        "finder module missing": {mod: None},
+        "exec in the .pth line": {"__editable__.demo-1.0.pth": (
+            "import __editable___demo_1_0_finder; exec('__editable___demo_1_0_finder.install()')\n").encode()},
+    }[change]
+    crafted = _rewrite(whl, tmp_path / "crafted", replace)
+    (f,) = only(scan_wheel(crafted, editable_project=proj), "pth-exec")
+    assert f.severity == "critical", change
+    # the untouched wheel, rewritten the same way, is still only informational
+    same = _rewrite(whl, tmp_path / "same2", {})
+    assert [g.severity for g in scan_wheel(same, editable_project=proj)] == ["info"]
+
+
+def test_editables_bootstrap_is_informational_for_its_project(tmp_path, editable_tools):
+    """The `editables` library (hatchling's dev-mode-exact, pdm-backend) writes
+    `_editable_impl_<name>.pth` with `import _editable_impl_<name>` and that module."""
+    proj = _project(tmp_path, "demo", src_layout=False)
+    code = ("import sys, json; sys.path.insert(0, sys.argv[1]); from editables import EditableProject; "
+            "p = EditableProject('demo', sys.argv[2]); p.map('demo', 'demo'); p.add_to_path('extra'); "
+            "print(json.dumps(dict(p.files())))")
+    (proj / "extra").mkdir()
+    proc = subprocess.run([sys.executable, "-I", "-c", code, str(editable_tools["editables==0.5"]), str(proj)],
+                          stdout=subprocess.PIPE, universal_newlines=True, check=True)
+    files = {k: v.encode() for k, v in json.loads(proc.stdout).items()}
+    assert set(files) == {"demo.pth", "_editable_impl_demo.py"}
+    # hatchling writes the .pth as `_<name>.pth`
+    whl = make_wheel(tmp_path, {"_demo.pth": files["demo.pth"], "_editable_impl_demo.py": files["_editable_impl_demo.py"]})
+    got = scan_wheel(whl, editable_project=proj)
+    assert sorted((f.severity, f.rule) for f in got) == [("info", "pth-editable-path"), ("info", "pth-known-hook")]
+    assert only(scan_wheel(whl), "pth-exec")[0].severity == "critical"
+    evil = files["_editable_impl_demo.py"] + b"\nF.map_module('os', '/tmp/evil/os.py')\n"
+    crafted = make_wheel(tmp_path / "..", {"_demo.pth": files["demo.pth"], "_editable_impl_demo.py": evil},
+                         name="crafted")
+    assert only(scan_wheel(crafted, editable_project=proj), "pth-exec")[0].severity == "critical"
+
+
 # --- setuptools' own .pth -------------------------------------------------------------------------
 
-def test_real_setuptools_wheels_have_no_findings(setuptools_wheels):
+def test_real_setuptools_wheels_have_only_the_informational_shim(setuptools_wheels):
     for pin, whl in setuptools_wheels.items():
         with zipfile.ZipFile(whl) as zf:
             assert "distutils-precedence.pth" in zf.namelist(), pin
-        assert scan_wheel(whl) == (), pin
+        (f,) = scan_wheel(whl)
+        assert (f.severity, f.rule, f.member) == ("info", "pth-known-hook", "distutils-precedence.pth"), pin
+        assert "distutils-precedence" in f.message and "SETUPTOOLS_USE_DISTUTILS" in f.message
 
 
 def test_setuptools_pth_variants_are_the_released_ones(setuptools_wheels):
@@ -273,13 +366,14 @@ def test_setuptools_line_in_other_wheel_is_critical(tmp_path):
     whl = make_wheel(tmp_path, {"evil/__init__.py": b"", "distutils-precedence.pth": SETUPTOOLS_LINE},
                      name="evil")
     (f,) = only(scan_wheel(whl), "pth-exec")
-    assert f.severity == "critical" and "outside the setuptools wheel" in f.message
+    assert f.severity == "critical" and "in a wheel that is not setuptools" in f.message
 
 
 def test_setuptools_allowance_needs_exact_text_and_agreeing_names(tmp_path):
     extra = make_wheel(tmp_path, {"distutils-precedence.pth": SETUPTOOLS_LINE + b"import evil\n",
                                   "_distutils_hack/__init__.py": b""}, name="setuptools")
-    assert len(only(scan_wheel(extra), "pth-exec")) == 2
+    (bad,) = only(scan_wheel(extra), "pth-exec")
+    assert (bad.severity, bad.line, bad.evidence) == ("critical", 2, "import evil")
     other = tmp_path / "o"
     other.mkdir()
     fake = make_wheel(other, {"distutils-precedence.pth": SETUPTOOLS_LINE}, name="evil",
