@@ -269,11 +269,6 @@ def _judge_exec_line(ctx: _PthContext, line: str) -> Tuple[str, str]:
         if outside:
             return CRITICAL, (f"{shape.key} hook maps packages outside the project "
                               f"{ctx.editable_project}: {outside[0]}")
-    if shape.key == "virtualenv":
-        source = ctx.root_module("_virtualenv")
-        if source is None or not pthshapes.match_virtualenv_module(
-                source.decode("utf-8", "surrogateescape")):
-            return CRITICAL, "virtualenv hook whose _virtualenv.py is not one virtualenv released"
     return INFO, f"recognised start-up hook ({shape.key}): {does}"
 
 

@@ -4,8 +4,9 @@ A site-level ``.pth`` line that starts with ``import`` is executed by ``site.py`
 interpreter start (docs/gate.md). Some real packages ship such lines for a known, narrow purpose:
 setuptools' distutils shim, the ``-nspkg.pth`` namespace loaders that setuptools wrote for
 ``namespace_packages`` projects, coverage's and pytest-cov's subprocess start-up hooks, the
-editable-install finders of setuptools (PEP 660) and of the ``editables`` library, and
-virtualenv's ``_virtualenv.pth``. This module knows each of them as a template of Python syntax
+editable-install finders of setuptools (PEP 660) and of the ``editables`` library.
+(virtualenv's ``_virtualenv.pth`` is written by virtualenv into an environment it creates and is
+never shipped in a wheel, so a wheel that carries one is not recognised.) This module knows each of them as a template of Python syntax
 and says whether a line *is* one of them.
 
 Matching is on the parsed ``ast``, never on text or file names: a line is recognised only when its
@@ -18,7 +19,7 @@ critical. Whether a recognised line is *acceptable* (which distribution may ship
 companion module it needs) is the gate's decision (``pipguard.gate``), not this module's.
 
 Companion modules that a recognised line imports from the same wheel (setuptools' editable finder,
-``editables``' bootstrap, ``_virtualenv.py``) are checked here too: :func:`match_setuptools_finder`
+``editables``' bootstrap) are checked here too: :func:`match_setuptools_finder`
 compares the module's normalised tree with the digests of every ``_FINDER_TEMPLATE`` setuptools
 released; :func:`match_editables_bootstrap` parses the bootstrap's few statements.
 
@@ -34,7 +35,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 __all__ = [
     "DISTUTILS_PRECEDENCE_LINES", "EditableMapping", "LineMatch", "SHAPES", "Shape", "match_editables_bootstrap", "match_line",
-    "match_setuptools_finder", "match_virtualenv_module", "normalised_digest",
+    "match_setuptools_finder", "normalised_digest",
 ]
 
 #: Names (and identifier strings) in a template that start with this are slots.
@@ -314,9 +315,6 @@ def _check_editables(binds: Mapping[str, object]) -> Dict[str, str]:
     return {"module": module}
 
 
-# virtualenv's _virtualenv.pth, next to its _virtualenv.py (the distutils/setuptools patches).
-_VIRTUALENV = ("import _virtualenv",)
-
 SHAPES: Tuple[Shape, ...] = (
     Shape("distutils-precedence", "setuptools' distutils shim: when SETUPTOOLS_USE_DISTUTILS is "
           "'local' (the default), makes `import distutils` load setuptools' copy",
@@ -336,9 +334,6 @@ SHAPES: Tuple[Shape, ...] = (
     Shape("editables-bootstrap", "editable install (editables): {module} redirects the "
           "project's packages to its source directory at start-up",
           _EDITABLES, _check_editables, companion="SLOT_BOOTSTRAP", editable=True),
-    Shape("virtualenv", "virtualenv's start-up patches (_virtualenv.py) for distutils and "
-          "setuptools in a virtual environment", _VIRTUALENV, _no_details,
-          owners=("virtualenv",)),
 )
 
 
@@ -511,11 +506,3 @@ def match_editables_bootstrap(source: str) -> Optional[EditableMapping]:
     return EditableMapping(tuple(paths))
 
 
-#: Digests (normalised_digest) of virtualenv's ``_virtualenv.py``, per release range.
-VIRTUALENV_DIGESTS: Dict[str, str] = {}
-
-
-def match_virtualenv_module(source: str) -> bool:
-    """Is ``source`` a ``_virtualenv.py`` that virtualenv released (see VIRTUALENV_DIGESTS)?"""
-    tree = _parse(source)
-    return tree is not None and normalised_digest(tree) in VIRTUALENV_DIGESTS

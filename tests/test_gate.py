@@ -19,7 +19,7 @@ import tarfile
 import textwrap
 import zipfile
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import pytest
 
@@ -341,6 +341,87 @@ def test_editables_bootstrap_is_informational_for_its_project(tmp_path, editable
     crafted = make_wheel(tmp_path / "..", {"_demo.pth": files["demo.pth"], "_editable_impl_demo.py": evil},
                          name="crafted")
     assert only(scan_wheel(crafted, editable_project=proj), "pth-exec")[0].severity == "critical"
+
+
+# --- known start-up hooks in released wheels ----------------------------------------------------
+
+#: pin -> (the .pth member, its shape, how many executable lines)
+HOOK_WHEELS = {
+    "coverage==7.13.0": ("a1_coverage.pth", "coverage-subprocess", 1),   # leading blank lines in CODE
+    "coverage==7.17.5": ("a1_coverage.pth", "coverage-subprocess", 1),
+    "pytest-cov==2.12.1": ("pytest-cov.pth", "pytest-cov-subprocess", 1),
+    "pytest-cov==6.0.0": ("pytest-cov.pth", "pytest-cov-subprocess", 1),
+    "zope.interface==5.5.2": ("zope.interface-5.5.2-py3.10-nspkg.pth", "nspkg", 1),
+    "matplotlib==3.6.3": ("matplotlib-3.6.3-py3.11-nspkg.pth", "nspkg", 1),
+    "protobuf==3.20.3": ("protobuf-3.20.3-nspkg.pth", "nspkg", 1),
+    "googleapis-common-protos==1.56.4": ("googleapis_common_protos-1.56.4-py3.10-nspkg.pth", "nspkg", 3),
+}
+
+
+@pytest.fixture(scope="session")
+def hook_wheels() -> Dict[str, Path]:
+    return _fetch(HOOK_WHEELS)
+
+
+@pytest.mark.parametrize("pin", sorted(HOOK_WHEELS))
+def test_released_start_up_hooks_are_informational(hook_wheels, pin):
+    member, shape, count = HOOK_WHEELS[pin]
+    findings = scan_wheel(hook_wheels[pin])
+    assert [(f.severity, f.rule, f.member) for f in findings] == [("info", "pth-known-hook", member)] * count, pin
+    assert all(f"({shape})" in f.message for f in findings)
+
+
+def _hook_line(hook_wheels, pin) -> Tuple[str, str]:
+    member = HOOK_WHEELS[pin][0]
+    with zipfile.ZipFile(hook_wheels[pin]) as zf:
+        return member, zf.read(member).decode().splitlines()[0]
+
+
+@pytest.mark.parametrize("pin,edit", [
+    ("coverage==7.17.5", lambda l: l + "; import os"),                                  # extra statement
+    ("coverage==7.17.5", lambda l: l.replace("import coverage", "import coverage_x")),  # other module
+    ("coverage==7.17.5", lambda l: l.replace("exec(", "eval(")),
+    ("pytest-cov==6.0.0", lambda l: l.replace("init()", "init(); os.system(\\'id\\')")),
+    ("protobuf==3.20.3", lambda l: l.replace("types.ModuleType('google')", "__import__('evil')")),
+    ("protobuf==3.20.3", lambda l: l.replace("*('google',)", "*('google', 'x')")),          # name disagrees
+    ("protobuf==3.20.3", lambda l: l.replace("sys._getframe(1).f_locals['sitedir']", "'/tmp'")),
+])
+def test_near_miss_hooks_are_critical(tmp_path, hook_wheels, pin, edit):
+    member, line = _hook_line(hook_wheels, pin)
+    crafted = edit(line)
+    assert crafted != line
+    name = pin.split("==")[0]
+    whl = make_wheel(tmp_path, {member: (crafted + "\n").encode()}, name=name.replace("-", "_"),
+                     meta_name=name)
+    (f,) = only(scan_wheel(whl), "pth-exec")
+    assert f.severity == "critical"
+    # the released line in the same crafted wheel is recognised: only the edit made it critical
+    other = tmp_path / "orig"
+    other.mkdir()
+    orig = make_wheel(other, {member: (line + "\n").encode()}, name=name.replace("-", "_"), meta_name=name)
+    assert [g.severity for g in scan_wheel(orig)] == ["info"]
+
+
+@pytest.mark.parametrize("pin", ["coverage==7.17.5", "pytest-cov==6.0.0"])
+def test_owner_hooks_in_another_wheel_are_critical(tmp_path, hook_wheels, pin):
+    member, line = _hook_line(hook_wheels, pin)
+    whl = make_wheel(tmp_path, {member: (line + "\n").encode()}, name="evil")
+    (f,) = only(scan_wheel(whl), "pth-exec")
+    assert f.severity == "critical" and "in a wheel that is not" in f.message
+    # quiet form: the owner's name in METADATA only, not in the file name and .dist-info
+    other = tmp_path / "q"
+    other.mkdir()
+    quiet = make_wheel(other, {member: (line + "\n").encode()}, name="evil", meta_name=pin.split("==")[0])
+    assert only(scan_wheel(quiet), "pth-exec")[0].severity == "critical"
+
+
+def test_nspkg_lines_any_distribution_may_ship(tmp_path, hook_wheels):
+    """A namespace loader imports only the standard library: recognised in any wheel, by content
+    (a different file name changes nothing)."""
+    member, line = _hook_line(hook_wheels, "protobuf==3.20.3")
+    whl = make_wheel(tmp_path, {"whatever.pth": (line + "\n").encode()}, name="other")
+    (f,) = scan_wheel(whl)
+    assert (f.severity, f.rule) == ("info", "pth-known-hook") and "namespace package google" in f.message
 
 
 # --- setuptools' own .pth -------------------------------------------------------------------------
