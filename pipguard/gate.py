@@ -33,7 +33,8 @@ from pipguard.errors import PipError, UsageError
 
 __all__ = [
     "BLOCKING_SEVERITIES", "Finding", "MAX_FINDINGS", "SETUPTOOLS_PTH_LINES", "SHADOWED_COMMANDS",
-    "scan_artifact", "scan_sdist", "scan_wheel",
+    "TargetLayout", "WheelToInstall", "check_ownership", "scan_artifact", "scan_sdist", "scan_wheel",
+    "target_layout",
 ]
 
 CRITICAL = "critical"
@@ -701,3 +702,7 @@ def scan_artifact(path: "os.PathLike[str] | str") -> Tuple[Finding, ...]:
     if os.fspath(path).lower().endswith(".whl"):
         return scan_wheel(path)
     return scan_sdist(path)
+
+
+# What an install would overwrite needs the target, not only the artifact: pipguard/ownership.py.
+from pipguard.ownership import TargetLayout, WheelToInstall, check_ownership, target_layout  # noqa: E402

@@ -723,3 +723,77 @@ def test_pip_built_wheel_with_pth_and_sudo_script(tmp_path, wheelhouse):
 def test_popular_wheels_have_no_findings(ecosystem_wheels):
     for pin, whl in ecosystem_wheels.items():
         assert scan_wheel(whl) == (), pin
+
+
+# --- ownership: a wheel must not overwrite what it does not own (issue 12) ------------------------
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory):
+    """A real venv (pip inside, so bin/pip is pip's own generated script) with `othpkg` installed
+    by pip; its layout as the interpreter reports it. Read only by the tests."""
+    tmp_path = tmp_path_factory.mktemp("target")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True,
+                   env=support.clean_env(tmp_path / "home"))
+    wheels = tmp_path / "installed"
+    wheels.mkdir()
+    oth = make_wheel(wheels, {"othpkg/__init__.py": b"GOOD = 1\n"}, name="othpkg")
+    proc = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-deps", "--no-index",
+                           str(oth)], env=support.clean_env(tmp_path / "home"),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+    assert proc.returncode == 0, proc.stdout
+    layout = gate.target_layout(str(venv / "bin" / "python"))
+    assert layout.scripts == str(venv / "bin") and layout.purelib.startswith(str(venv))
+    return layout
+
+
+def _wheel(tmp_path, sub, files, **kw) -> gate.WheelToInstall:
+    d = tmp_path / sub
+    d.mkdir()
+    return gate.WheelToInstall(str(make_wheel(d, files, **kw)))
+
+
+def test_wheel_carrying_another_distributions_file_is_critical(tmp_path, target):
+    loud = _wheel(tmp_path, "loud", {"evil/__init__.py": b"", "othpkg/__init__.py": b"EVIL = 1\n"}, name="evil")
+    (f,) = gate.check_ownership([loud], target)
+    assert (f.severity, f.rule, f.package, f.member) == ("critical", "overwrites-other", "evil", "othpkg/__init__.py")
+    assert "installed distribution othpkg" in f.message and "evil" in f.message
+    # quiet: only a new file inside the other package, through the purelib scheme, in a dir it owns
+    quiet = _wheel(tmp_path, "quiet", {"evil-1.0.data/purelib/othpkg/__init__.py": b""}, name="evil")
+    (g,) = gate.check_ownership([quiet], target)
+    assert "othpkg" in g.message and g.rule == "overwrites-other"
+
+
+def test_console_script_named_pip_replacing_the_targets_pip_is_critical(tmp_path, target):
+    whl = _wheel(tmp_path, "w", {"evil/__init__.py": b""}, name="evil",
+                 entry_points="[console_scripts]\npip = evil:main\n")
+    (f,) = gate.check_ownership([whl], target)
+    assert f.evidence == os.path.join(target.scripts, "pip") and "installed distribution pip" in f.message
+
+
+def test_data_scripts_python_is_critical(tmp_path, target):
+    whl = _wheel(tmp_path, "w", {"evil-1.0.data/scripts/python": b"#!/bin/sh\n"}, name="evil")
+    (f,) = gate.check_ownership([whl], target)
+    assert f.evidence == os.path.join(target.scripts, "python") and "the environment" in f.message
+
+
+def test_two_wheels_of_one_install_claiming_one_path_are_critical(tmp_path, target):
+    a = _wheel(tmp_path, "a", {"shared/x.py": b"a"}, name="alpha")
+    b = _wheel(tmp_path, "b", {"beta-1.0.data/platlib/shared/x.py": b"b"}, name="beta")
+    (f,) = gate.check_ownership([a, b], target)
+    assert f.package == "beta" and "alpha" in f.message and "same install" in f.message
+
+
+def test_upgrade_and_reinstall_of_the_same_distribution_pass(tmp_path, target):
+    up = _wheel(tmp_path, "up", {"othpkg/__init__.py": b"GOOD = 2\n"}, name="othpkg", version="2.0",
+                meta_name="OthPkg")
+    same = _wheel(tmp_path, "same", {"othpkg/__init__.py": b"GOOD = 1\n"}, name="othpkg")
+    assert gate.check_ownership([up], target) == []
+    assert gate.check_ownership([same], target) == []
+    assert gate.check_ownership([], target) == []
+
+
+def test_target_dir_layout(tmp_path):
+    layout = gate.TargetLayout.for_target_dir(str(tmp_path / "t"))
+    whl = _wheel(tmp_path, "w", {"demo/__init__.py": b""})
+    assert layout.scripts == str(tmp_path / "t" / "bin") and gate.check_ownership([whl], layout) == []
