@@ -26,21 +26,26 @@ import tarfile
 import zipfile
 import zlib
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
+from pipguard import pthshapes
 from pipguard.errors import PipError, UsageError
 
 __all__ = [
     "BLOCKING_SEVERITIES", "Finding", "MAX_FINDINGS", "SETUPTOOLS_PTH_LINES", "SHADOWED_COMMANDS",
-    "scan_artifact", "scan_sdist", "scan_wheel",
+    "TargetLayout", "WheelToInstall", "check_ownership", "scan_artifact", "scan_sdist", "scan_wheel",
+    "target_layout",
 ]
 
 CRITICAL = "critical"
 HIGH = "high"
 MEDIUM = "medium"
-SEVERITIES = (CRITICAL, HIGH, MEDIUM)
-_RANK = {CRITICAL: 0, HIGH: 1, MEDIUM: 2}
-#: Severities that refuse an install by default; medium findings are informational.
+#: Something the gate recognised as what a known tool writes (a coverage hook, an editable
+#: finder): reported so a reader sees it, never suspicious.
+INFO = "info"
+SEVERITIES = (CRITICAL, HIGH, MEDIUM, INFO)
+_RANK = {CRITICAL: 0, HIGH: 1, MEDIUM: 2, INFO: 3}
+#: Severities that refuse an install by default; medium and info findings are informational.
 BLOCKING_SEVERITIES = (CRITICAL, HIGH)
 
 #: At most this many findings per artifact; the last slot then says how many were dropped.
@@ -69,21 +74,9 @@ SHADOW_OWNERS: Dict[str, Tuple[str, ...]] = {
 _VERSIONED_CMD = re.compile(r"^(python|pip)[0-9][0-9.]*$")
 _WIN_EXE_SUFFIXES = (".exe", ".bat", ".cmd", ".com", ".ps1")
 
-#: The exact lines of setuptools' own ``distutils-precedence.pth`` (compared after collapsing
-#: whitespace and dropping a trailing ``;``), measured from the released wheels. Allowed only in
-#: ``distutils-precedence.pth`` at the root of a wheel that *is* setuptools.
-SETUPTOOLS_PTH_LINES: Tuple[str, ...] = (
-    # setuptools 49.3 - 49.6
-    "import os; enabled = os.environ.get('SETUPTOOLS_USE_DISTUTILS') == 'local'; "
-    "enabled and __import__('_distutils_hack').add_shim();",
-    # setuptools 50 - 59
-    "import os; var = 'SETUPTOOLS_USE_DISTUTILS'; enabled = os.environ.get(var, 'stdlib') == 'local'; "
-    "enabled and __import__('_distutils_hack').add_shim();",
-    # setuptools 60 - 84 (at least)
-    "import os; var = 'SETUPTOOLS_USE_DISTUTILS'; enabled = os.environ.get(var, 'local') == 'local'; "
-    "enabled and __import__('_distutils_hack').add_shim();",
-)
-_SETUPTOOLS_PTH = "distutils-precedence.pth"
+#: The lines of setuptools' own ``distutils-precedence.pth``, measured from the released wheels
+#: (their syntax trees are the ``distutils-precedence`` shape in ``pipguard.pthshapes``).
+SETUPTOOLS_PTH_LINES: Tuple[str, ...] = pthshapes.DISTUTILS_PRECEDENCE_LINES
 
 #: ``<name>.data/<scheme>/`` keys pip knows (``pip._internal.operations.install.wheel``).
 DATA_SCHEMES = ("purelib", "platlib", "scripts", "headers", "data")
@@ -103,7 +96,6 @@ _IMPORTABLE_SUFFIXES = ("py", "pyc", "pyo", "pyw", "so", "pyd")
 _WEAK_HASHES = ("md5", "sha1", "sha224")
 _WHEEL_NAME = re.compile(r"^(?P<name>[^-]+)-(?P<ver>[^-]+)(?:-[^-]+)?-[^-]+-[^-]+-[^-]+\.whl$",
                          re.IGNORECASE)
-_EDITABLE_FINDER = re.compile(r"^import\s+(__editable___\w+_finder)\s*;\s*\1\.install\(")
 
 
 @dataclass(frozen=True)
@@ -223,53 +215,88 @@ def _normalise_pth_line(line: str) -> str:
     return " ".join(line.split()).rstrip(";").rstrip()
 
 
-def _is_setuptools_line(line: str) -> bool:
-    norm = _normalise_pth_line(line)
-    return any(norm == _normalise_pth_line(known) for known in SETUPTOOLS_PTH_LINES)
+@dataclass(frozen=True)
+class _PthContext:
+    """What a ``.pth`` line is judged against: who ships it, and what came with it.
+
+    ``owner``: the wheel's canonical project name when its file name, ``.dist-info`` directory and
+    METADATA agree (else ``""``: no shape restricted to an owner is accepted); ``editable_project``:
+    the project directory the wheel was built editable from, ``None`` for any other wheel;
+    ``root_module``: the source of a top-level module shipped in the same wheel, or ``None``.
+    """
+
+    owner: str
+    editable_project: Optional[str]
+    root_module: Callable[[str], Optional[bytes]]
 
 
-def _check_pth(col: _Collector, member: str, data: bytes, is_setuptools: bool) -> None:
+def _inside(path: str, root: str) -> bool:
+    """Is absolute ``path`` ``root`` or below it (after resolving symlinks, as the builder did)?"""
+    if not os.path.isabs(path):
+        return False
+    real, base = os.path.realpath(path), os.path.realpath(root)
+    return real == base or real.startswith(base.rstrip(os.sep) + os.sep)
+
+
+def _judge_exec_line(ctx: _PthContext, line: str) -> Tuple[str, str]:
+    """``(severity, message)`` for one line ``site.py`` would execute."""
+    found = pthshapes.match_line(line)
+    if found is None:
+        return CRITICAL, ".pth line starting with 'import' is executed by site.py at every interpreter start"
+    shape = found.shape
+    does = shape.does.format(**found.details)
+    if shape.owners and ctx.owner not in shape.owners:
+        return CRITICAL, (f"the {shape.key} hook of {'/'.join(shape.owners)} in a wheel that is not "
+                          f"{'/'.join(shape.owners)}: it runs at every interpreter start")
+    if shape.editable and ctx.editable_project is None:
+        return CRITICAL, (f"{shape.key} hook in a wheel that was not built editable from a project you "
+                          "gave: it runs at every interpreter start")
+    if shape.companion:
+        module = found.details["module"]
+        source = ctx.root_module(module)
+        if source is None:
+            return CRITICAL, f"{shape.key} hook whose module {module}.py is not in this wheel"
+        text = source.decode("utf-8", "surrogateescape")
+        if shape.key == "setuptools-editable-finder":
+            mapped = pthshapes.match_setuptools_finder(text, module)
+        elif shape.key == "editables-bootstrap":
+            mapped = pthshapes.match_editables_bootstrap(text)
+        else:
+            mapped = None
+        if mapped is None:
+            return CRITICAL, f"{shape.key} hook whose module {module}.py is not the one its tool writes"
+        assert ctx.editable_project is not None  # companions are editable hooks only
+        outside = [p for p in mapped.paths if not _inside(p, ctx.editable_project)]
+        if outside:
+            return CRITICAL, (f"{shape.key} hook maps packages outside the project "
+                              f"{ctx.editable_project}: {outside[0]}")
+    return INFO, f"recognised start-up hook ({shape.key}): {does}"
+
+
+def _check_pth(col: _Collector, member: str, data: bytes, ctx: _PthContext) -> None:
     """Apply CPython's ``site.addpackage`` reading of a site-level ``.pth`` file."""
-    basename = member.rsplit("/", 1)[-1]
-    exec_lines = []
     for n, line in _decode_lines(data):
         if line.startswith("#") or line.strip() == "":
             continue
         # site.py: `if line.startswith(("import ", "import\t")): exec(line)`.
         if line.startswith(("import ", "import\t")):
-            exec_lines.append((n, line))
+            severity, message = _judge_exec_line(ctx, line)
+            col.add(severity, "pth-exec" if severity == CRITICAL else "pth-known-hook", member,
+                    message, line, n)
             continue
         path = line.rstrip()
         why = _unsafe_path(path)
         if why is None:
             continue
-        if basename.startswith("__editable__.") and why == "absolute path":
-            col.add(MEDIUM, "pth-path-escape", member,
-                    "editable-install .pth adds an absolute directory to sys.path; pipguard does not "
-                    "perform editable installs, so this wheel did not come from a normal build",
-                    path, n)
+        if (why == "absolute path" and ctx.editable_project is not None
+                and _inside(path, ctx.editable_project)):
+            col.add(INFO, "pth-editable-path", member,
+                    f"editable install: adds {path} (in the project {ctx.editable_project}) to "
+                    "sys.path at every interpreter start", path, n)
         else:
             col.add(HIGH, "pth-path-escape", member,
                     f".pth path entry outside site-packages ({why}): it is appended to sys.path at "
                     "every interpreter start", path, n)
-    if not exec_lines:
-        return
-    if (is_setuptools and member == _SETUPTOOLS_PTH and len(exec_lines) == 1
-            and _is_setuptools_line(exec_lines[0][1])):
-        return  # setuptools' own distutils shim, exact known text (docs/gate.md)
-    for n, line in exec_lines:
-        if _EDITABLE_FINDER.match(line):
-            msg = ("editable-install finder hook in a .pth: runs at every interpreter start; only "
-                   "editable installs produce it and pipguard does not do those")
-        elif _is_setuptools_line(line):
-            msg = ("setuptools' distutils-precedence line outside the setuptools wheel: it imports "
-                   "_distutils_hack at every interpreter start")
-        elif "-nspkg.pth" in basename:
-            msg = ("legacy namespace-package loader (-nspkg.pth): executable line that runs at "
-                   "every interpreter start")
-        else:
-            msg = ".pth line starting with 'import' is executed by site.py at every interpreter start"
-        col.add(CRITICAL, "pth-exec", member, msg, line, n)
 
 
 def _check_startup_module(col: _Collector, member: str, rel: str) -> None:
@@ -359,8 +386,15 @@ def _corrupt(path: str, exc: BaseException) -> PipError:
                          "not pipguard")
 
 
-def scan_wheel(path: "os.PathLike[str] | str") -> Tuple[Finding, ...]:
+def scan_wheel(path: "os.PathLike[str] | str", *,
+               editable_project: "os.PathLike[str] | str | None" = None) -> Tuple[Finding, ...]:
     """Inspect a wheel file; return its findings, most severe first (empty: nothing seen).
+
+    ``editable_project``: the project directory this wheel was built *editable* from (PEP 660,
+    ``pip install -e DIR``); only then are editable-install hooks (setuptools' finder, an
+    ``editables`` bootstrap, absolute ``.pth`` path lines) accepted, and only when every path they
+    put on the import path lies in that directory. ``None`` (the default, for every wheel that
+    was downloaded or built normally): such hooks are critical, such paths high.
 
     Raises ``PipError`` ("corrupt archive") when the zip cannot be read, ``UsageError`` when the
     file does not exist. Nothing is extracted or executed.
@@ -370,14 +404,16 @@ def scan_wheel(path: "os.PathLike[str] | str") -> Tuple[Finding, ...]:
     zf = _open_zip(path)
     try:
         with zf:
-            return _scan_wheel_zip(zf, artifact)
+            return _scan_wheel_zip(zf, artifact, None if editable_project is None
+                                   else os.path.abspath(os.fspath(editable_project)))
     except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError,
             lzma.LZMAError, OSError) as exc:
         # CRC errors, truncated members, unsupported compression or encryption.
         raise _corrupt(path, exc) from None
 
 
-def _scan_wheel_zip(zf: zipfile.ZipFile, artifact: str) -> Tuple[Finding, ...]:
+def _scan_wheel_zip(zf: zipfile.ZipFile, artifact: str,
+                    editable_project: Optional[str]) -> Tuple[Finding, ...]:
     infos = zf.infolist()
     names = [i.filename for i in infos]
     m = _WHEEL_NAME.match(artifact)
@@ -405,10 +441,25 @@ def _scan_wheel_zip(zf: zipfile.ZipFile, artifact: str) -> Tuple[Finding, ...]:
                 break
     package = meta_name or (m.group("name") if m else artifact)
     dist = _canonical(package)
-    # The setuptools allowance needs the file name, .dist-info and METADATA to agree.
-    is_setuptools = (dist == "setuptools" and file_dist == "setuptools"
-                     and _info_dist(dist_info) == "setuptools")
+    # A hook only its owner may ship needs the file name, .dist-info and METADATA to agree.
+    owner = dist if dist_info and dist == file_dist == _info_dist(dist_info) else ""
+    is_setuptools = owner == "setuptools"
     col = _Collector(package, artifact)
+    # Top-level modules of the wheel (root, .data/purelib, .data/platlib): a hook's companion.
+    root_modules: Dict[str, zipfile.ZipInfo] = {}
+    for info in infos:
+        top, _, rest = info.filename.partition("/")
+        rel = info.filename if not rest else (
+            rest.partition("/")[2] if top.endswith(".data") and rest.partition("/")[0] in (
+                "purelib", "platlib") else "")
+        if rel.endswith(".py") and "/" not in rel and not _unsafe_path(rel):
+            root_modules.setdefault(rel[:-3], info)
+
+    def root_module(module: str) -> Optional[bytes]:
+        info = root_modules.get(module)
+        return None if info is None else _read_limited(zf, info, MAX_PTH_BYTES)
+
+    pth_ctx = _PthContext(owner, editable_project, root_module)
 
     # Rule 4: path traversal, symlinks; rule 5 (part): duplicate members.
     seen: Set[str] = set()
@@ -481,7 +532,7 @@ def _scan_wheel_zip(zf: zipfile.ZipFile, artifact: str) -> Tuple[Finding, ...]:
                         f"site-level .pth of {info.file_size} bytes was not read (limit "
                         f"{MAX_PTH_BYTES}); treated as executable", "")
             else:
-                _check_pth(col, name, _read_limited(zf, info, MAX_PTH_BYTES), is_setuptools)
+                _check_pth(col, name, _read_limited(zf, info, MAX_PTH_BYTES), pth_ctx)
 
     # Rule 3: console scripts and installed scripts that shadow common commands.
     ep_member = f"{dist_info}/entry_points.txt"
@@ -651,3 +702,7 @@ def scan_artifact(path: "os.PathLike[str] | str") -> Tuple[Finding, ...]:
     if os.fspath(path).lower().endswith(".whl"):
         return scan_wheel(path)
     return scan_sdist(path)
+
+
+# What an install would overwrite needs the target, not only the artifact: pipguard/ownership.py.
+from pipguard.ownership import TargetLayout, WheelToInstall, check_ownership, target_layout  # noqa: E402

@@ -8,25 +8,23 @@ to ``DIR/gate``; ``PIPGUARD_OFFLINE=1`` never downloads). Without them the tests
 from __future__ import annotations
 
 import base64
-import contextlib
-import fcntl
 import hashlib
 import io
+import json
 import os
-import shutil
 import stat
 import subprocess
 import sys
 import tarfile
-import tempfile
 import textwrap
 import zipfile
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import pytest
 
 import support
+from support import gatewheels
 from pipguard import gate
 from pipguard.errors import PipError, UsageError
 from pipguard.gate import Finding, scan_artifact, scan_sdist, scan_wheel
@@ -92,32 +90,6 @@ ECOSYSTEM_PINS = ("requests==2.32.3", "six==1.16.0", "attrs==24.2.0", "packaging
                   "pip==24.3.1", "Cython==3.0.11")
 
 
-def _cache_dir() -> Path:
-    root = os.environ.get("PIPGUARD_TEST_CACHE")
-    base = Path(root) if root else Path(os.path.expanduser("~")) / ".cache" / "pipguard-tests"
-    return base / "gate"
-
-
-@contextlib.contextmanager
-def _locked(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def _wheel_for(directory: Path, pin: str) -> Optional[Path]:
-    name, version = pin.split("==")
-    stem = name.lower().replace("-", "_")
-    for p in directory.glob("*.whl"):
-        if p.name.lower().startswith(f"{stem}-{version}-"):
-            return p
-    return None
-
-
 def _unavailable(msg: str):
     if support.strict():
         pytest.fail(f"{msg} (PIPGUARD_REQUIRE_ALL_LAYERS=1)", pytrace=False)
@@ -125,45 +97,11 @@ def _unavailable(msg: str):
 
 
 def _fetch(pins) -> Dict[str, Path]:
-    """``{pin: wheel}``, downloading the missing ones into the cache (CPython 3.11 x86_64 wheels
-    for binary projects: the gate reads them, nothing installs them)."""
-    directory = _cache_dir()
-    with _locked(directory.parent / "gate.lock"):
-        missing = [p for p in pins if _wheel_for(directory, p) is None] if directory.is_dir() else list(pins)
-        if missing:
-            if os.environ.get("PIPGUARD_OFFLINE") == "1":
-                _unavailable(f"released wheels {missing} not cached in {directory} and PIPGUARD_OFFLINE=1")
-            directory.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=".download-", dir=directory.parent))
-            env = support.clean_env(os.path.expanduser("~"))
-            for keep in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY",
-                         "no_proxy", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT"):
-                if keep in os.environ:
-                    env[keep] = os.environ[keep]
-            argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                    "--platform", "manylinux2014_x86_64", "--platform", "any",
-                    "--python-version", "3.11", "--implementation", "cp",
-                    "--abi", "cp311", "--abi", "abi3", "--abi", "none",
-                    "--index-url", os.environ.get("PIPGUARD_TEST_INDEX_URL", "https://pypi.org/simple"),
-                    "-d", str(tmp)]
-            try:
-                # One pin per call: several versions of one project cannot share a resolve.
-                for pin in missing:
-                    proc = subprocess.run(argv + [pin], env=env, stdout=subprocess.PIPE,
-                                          stderr=subprocess.STDOUT, universal_newlines=True,
-                                          timeout=600)
-                    if proc.returncode != 0:
-                        tail = "\n".join(proc.stdout.splitlines()[-5:])
-                        _unavailable(f"cannot download {pin} (offline?): {tail}")
-                for wheel in tmp.glob("*.whl"):
-                    os.replace(wheel, directory / wheel.name)
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
-        out = {p: _wheel_for(directory, p) for p in pins}
-    absent = [p for p, w in out.items() if w is None]
-    if absent:
-        _unavailable(f"released wheels {absent} missing from {directory} after download")
-    return out
+    try:
+        return gatewheels.fetch(pins)
+    except gatewheels.GateWheelsUnavailable as exc:
+        _unavailable(str(exc))
+        raise
 
 
 @pytest.fixture(scope="session")
@@ -230,19 +168,19 @@ def test_pth_path_escape_is_high(tmp_path):
     assert [(f.severity, f.line) for f in got] == [("high", 1), ("high", 2)]
 
 
-def test_editable_finder_pth_is_critical_and_says_why(tmp_path):
+def test_editable_finder_pth_in_a_normal_wheel_is_critical_and_says_why(tmp_path):
     whl = make_wheel(tmp_path, {"__editable___demo_1_0_finder.py": b"",
                                 "__editable__.demo-1.0.pth":
                                     b"import __editable___demo_1_0_finder; "
                                     b"__editable___demo_1_0_finder.install()\n"})
     (f,) = only(scan_wheel(whl), "pth-exec")
-    assert f.severity == "critical" and "editable" in f.message
+    assert f.severity == "critical" and "not built editable" in f.message
 
 
-def test_editable_path_pth_is_only_informational(tmp_path):
+def test_editable_path_pth_in_a_normal_wheel_is_high(tmp_path):
     whl = make_wheel(tmp_path, {"__editable__.demo-1.0.pth": b"/home/dev/src/demo\n"})
     (f,) = scan_wheel(whl)
-    assert (f.rule, f.severity) == ("pth-path-escape", "medium")
+    assert (f.rule, f.severity) == ("pth-path-escape", "high")
 
 
 def test_huge_site_pth_is_not_read_but_reported(tmp_path, monkeypatch):
@@ -252,13 +190,249 @@ def test_huge_site_pth_is_not_read_but_reported(tmp_path, monkeypatch):
     assert (f.rule, f.severity) == ("pth-exec", "critical") and "not read" in f.message
 
 
+# --- editable installs (PEP 660), built by the real backends --------------------------------------
+
+#: One setuptools release per distinct `_FINDER_TEMPLATE` (pthshapes.SETUPTOOLS_FINDER_DIGESTS);
+#: setuptools < 70.1 needs `wheel` to build.
+EDITABLE_SETUPTOOLS = ("setuptools==64.0.0", "setuptools==65.1.1", "setuptools==65.3.0",
+                       "setuptools==68.1.0", "setuptools==68.1.2", "setuptools==68.2.2",
+                       "setuptools==70.0.0", "setuptools==75.8.0")
+EDITABLE_HELPERS = ("wheel==0.45.1", "editables==0.5")
+
+
+@pytest.fixture(scope="session")
+def editable_tools(tmp_path_factory) -> Dict[str, Path]:
+    """Each pin's wheel unpacked into its own directory (a pure wheel is importable as is)."""
+    wheels = _fetch(EDITABLE_SETUPTOOLS + EDITABLE_HELPERS)
+    root = tmp_path_factory.mktemp("editable-tools")
+    out = {}
+    for pin, whl in wheels.items():
+        dest = root / pin.replace("==", "-")
+        with zipfile.ZipFile(whl) as zf:
+            zf.extractall(dest)
+        out[pin] = dest
+    return out
+
+
+def _project(root: Path, name: str, src_layout: bool) -> Path:
+    proj = root / f"{name}-proj"
+    pkg = proj / "src" / name if src_layout else proj / name
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("VALUE = 1\n")
+    (proj / "pyproject.toml").write_text(textwrap.dedent(f"""\
+        [build-system]
+        requires = ["setuptools"]
+        build-backend = "setuptools.build_meta"
+        [project]
+        name = "{name}"
+        version = "1.0"
+        """) + ("" if src_layout else f'[tool.setuptools]\npackages = ["{name}"]\n'))
+    return proj
+
+
+def build_editable(project: Path, paths, out: Path, home: Path) -> Path:
+    """What pip does for `pip install -e project`: the backend's PEP 660 `build_editable` hook."""
+    out.mkdir(exist_ok=True)
+    code = ("import sys; sys.path[:0] = sys.argv[1:]; import setuptools.build_meta as b; "
+            f"print(b.build_editable({str(out)!r}))")
+    proc = subprocess.run([sys.executable, "-I", "-c", code, *map(str, paths)], cwd=str(project),
+                          env=support.clean_env(home), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, universal_newlines=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    return out / proc.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("pin", EDITABLE_SETUPTOOLS)
+def test_setuptools_editable_finder_is_informational_for_its_project(tmp_path, editable_tools, pin):
+    """Flat layout: setuptools writes `import __editable___demo_1_0_finder; ...install()` and the
+    finder module; recognised (info) for its project, critical for any other wheel."""
+    proj = _project(tmp_path, "demo", src_layout=False)
+    whl = build_editable(proj, [editable_tools[pin], editable_tools["wheel==0.45.1"]],
+                         tmp_path / "out", tmp_path / "home")
+    with zipfile.ZipFile(whl) as zf:
+        assert "__editable___demo_1_0_finder.py" in zf.namelist(), pin
+    (f,) = scan_wheel(whl, editable_project=proj)
+    assert (f.severity, f.rule) == ("info", "pth-known-hook"), (pin, f)
+    assert "setuptools-editable-finder" in f.message and "__editable___demo_1_0_finder" in f.message
+    (quiet,) = scan_wheel(whl)
+    assert (quiet.severity, quiet.rule) == ("critical", "pth-exec")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (loud,) = scan_wheel(whl, editable_project=elsewhere)
+    assert loud.severity == "critical" and str(proj / "demo") in loud.message
+
+
+def test_setuptools_editable_path_line_is_informational_for_its_project(tmp_path, editable_tools):
+    """src layout: setuptools writes the absolute src directory as a plain path line."""
+    proj = _project(tmp_path, "demo", src_layout=True)
+    whl = build_editable(proj, [editable_tools["setuptools==75.8.0"]], tmp_path / "out", tmp_path / "home")
+    (f,) = scan_wheel(whl, editable_project=proj)
+    assert (f.severity, f.rule, f.evidence) == ("info", "pth-editable-path", str((proj / "src").resolve()))
+    (g,) = scan_wheel(whl)
+    assert (g.severity, g.rule) == ("high", "pth-path-escape")
+
+
+def _rewrite(whl: Path, directory: Path, replace: Dict[str, bytes]) -> Path:
+    """The wheel's members with some replaced (RECORD recomputed: only the change is wrong)."""
+    with zipfile.ZipFile(whl) as zf:
+        files = {n: zf.read(n) for n in zf.namelist() if not n.endswith(("/RECORD", ".dist-info/METADATA",
+                                                                          ".dist-info/WHEEL"))}
+    files.update(replace)
+    directory.mkdir()
+    return make_wheel(directory, {k: v for k, v in files.items() if v is not None})
+
+
+@pytest.fixture
+def real_finder_wheel(tmp_path, editable_tools):
+    proj = _project(tmp_path, "demo", src_layout=False)
+    whl = build_editable(proj, [editable_tools["setuptools==75.8.0"]], tmp_path / "out", tmp_path / "home")
+    with zipfile.ZipFile(whl) as zf:
+        finder = zf.read("__editable___demo_1_0_finder.py").decode()
+        pth = zf.read("__editable__.demo-1.0.pth").decode()
+    return proj, whl, finder, pth
+
+
+@pytest.mark.parametrize("change", [
+    "extra statement in the finder", "finder calls os.system in MAPPING", "finder maps /etc",
+    "extra statement in the .pth line", "another module", "finder module missing",
+    "exec in the .pth line",
+])
+def test_near_miss_editable_finder_is_critical(tmp_path, real_finder_wheel, change):
+    proj, whl, finder, pth = real_finder_wheel
+    mod, line = "__editable___demo_1_0_finder.py", pth.strip()
+    replace = {
+        "extra statement in the finder": {mod: (finder + "\nimport os\nos.system('id')\n").encode()},
+        "finder calls os.system in MAPPING": {mod: finder.replace(
+            "MAPPING: dict[str, str] = {", "MAPPING: dict[str, str] = {**__import__('os').system('id'), ").encode()},
+        "finder maps /etc": {mod: finder.replace(str(proj / "demo"), "/etc").encode()},
+        "extra statement in the .pth line": {"__editable__.demo-1.0.pth": (line + "; import os\n").encode()},
+        "another module": {"__editable__.demo-1.0.pth": b"import evil_finder; evil_finder.install()\n",
+                           "evil_finder.py": finder.encode()},
+        "finder module missing": {mod: None},
+        "exec in the .pth line": {"__editable__.demo-1.0.pth": (
+            "import __editable___demo_1_0_finder; exec('__editable___demo_1_0_finder.install()')\n").encode()},
+    }[change]
+    crafted = _rewrite(whl, tmp_path / "crafted", replace)
+    (f,) = only(scan_wheel(crafted, editable_project=proj), "pth-exec")
+    assert f.severity == "critical", change
+    # the untouched wheel, rewritten the same way, is still only informational
+    same = _rewrite(whl, tmp_path / "same2", {})
+    assert [g.severity for g in scan_wheel(same, editable_project=proj)] == ["info"]
+
+
+def test_editables_bootstrap_is_informational_for_its_project(tmp_path, editable_tools):
+    """The `editables` library (hatchling's dev-mode-exact, pdm-backend) writes
+    `_editable_impl_<name>.pth` with `import _editable_impl_<name>` and that module."""
+    proj = _project(tmp_path, "demo", src_layout=False)
+    code = ("import sys, json; sys.path.insert(0, sys.argv[1]); from editables import EditableProject; "
+            "p = EditableProject('demo', sys.argv[2]); p.map('demo', 'demo'); p.add_to_path('extra'); "
+            "print(json.dumps(dict(p.files())))")
+    (proj / "extra").mkdir()
+    proc = subprocess.run([sys.executable, "-I", "-c", code, str(editable_tools["editables==0.5"]), str(proj)],
+                          stdout=subprocess.PIPE, universal_newlines=True, check=True)
+    files = {k: v.encode() for k, v in json.loads(proc.stdout).items()}
+    assert set(files) == {"demo.pth", "_editable_impl_demo.py"}
+    # hatchling writes the .pth as `_<name>.pth`
+    whl = make_wheel(tmp_path, {"_demo.pth": files["demo.pth"], "_editable_impl_demo.py": files["_editable_impl_demo.py"]})
+    got = scan_wheel(whl, editable_project=proj)
+    assert sorted((f.severity, f.rule) for f in got) == [("info", "pth-editable-path"), ("info", "pth-known-hook")]
+    assert only(scan_wheel(whl), "pth-exec")[0].severity == "critical"
+    evil = files["_editable_impl_demo.py"] + b"\nF.map_module('os', '/tmp/evil/os.py')\n"
+    crafted = make_wheel(tmp_path / "..", {"_demo.pth": files["demo.pth"], "_editable_impl_demo.py": evil},
+                         name="crafted")
+    assert only(scan_wheel(crafted, editable_project=proj), "pth-exec")[0].severity == "critical"
+
+
+# --- known start-up hooks in released wheels ----------------------------------------------------
+
+#: pin -> (the .pth member, its shape, how many executable lines)
+HOOK_WHEELS = {
+    "coverage==7.13.0": ("a1_coverage.pth", "coverage-subprocess", 1),   # leading blank lines in CODE
+    "coverage==7.17.5": ("a1_coverage.pth", "coverage-subprocess", 1),
+    "pytest-cov==2.12.1": ("pytest-cov.pth", "pytest-cov-subprocess", 1),
+    "pytest-cov==6.0.0": ("pytest-cov.pth", "pytest-cov-subprocess", 1),
+    "zope.interface==5.5.2": ("zope.interface-5.5.2-py3.10-nspkg.pth", "nspkg", 1),
+    "matplotlib==3.6.3": ("matplotlib-3.6.3-py3.11-nspkg.pth", "nspkg", 1),
+    "protobuf==3.20.3": ("protobuf-3.20.3-nspkg.pth", "nspkg", 1),
+    "googleapis-common-protos==1.56.4": ("googleapis_common_protos-1.56.4-py3.10-nspkg.pth", "nspkg", 3),
+}
+
+
+@pytest.fixture(scope="session")
+def hook_wheels() -> Dict[str, Path]:
+    return _fetch(HOOK_WHEELS)
+
+
+@pytest.mark.parametrize("pin", sorted(HOOK_WHEELS))
+def test_released_start_up_hooks_are_informational(hook_wheels, pin):
+    member, shape, count = HOOK_WHEELS[pin]
+    findings = scan_wheel(hook_wheels[pin])
+    assert [(f.severity, f.rule, f.member) for f in findings] == [("info", "pth-known-hook", member)] * count, pin
+    assert all(f"({shape})" in f.message for f in findings)
+
+
+def _hook_line(hook_wheels, pin) -> Tuple[str, str]:
+    member = HOOK_WHEELS[pin][0]
+    with zipfile.ZipFile(hook_wheels[pin]) as zf:
+        return member, zf.read(member).decode().splitlines()[0]
+
+
+@pytest.mark.parametrize("pin,edit", [
+    ("coverage==7.17.5", lambda l: l + "; import os"),                                  # extra statement
+    ("coverage==7.17.5", lambda l: l.replace("import coverage", "import coverage_x")),  # other module
+    ("coverage==7.17.5", lambda l: l.replace("exec(", "eval(")),
+    ("pytest-cov==6.0.0", lambda l: l.replace("init()", "init(); os.system(\\'id\\')")),
+    ("protobuf==3.20.3", lambda l: l.replace("types.ModuleType('google')", "__import__('evil')")),
+    ("protobuf==3.20.3", lambda l: l.replace("*('google',)", "*('google', 'x')")),          # name disagrees
+    ("protobuf==3.20.3", lambda l: l.replace("sys._getframe(1).f_locals['sitedir']", "'/tmp'")),
+])
+def test_near_miss_hooks_are_critical(tmp_path, hook_wheels, pin, edit):
+    member, line = _hook_line(hook_wheels, pin)
+    crafted = edit(line)
+    assert crafted != line
+    name = pin.split("==")[0]
+    whl = make_wheel(tmp_path, {member: (crafted + "\n").encode()}, name=name.replace("-", "_"),
+                     meta_name=name)
+    (f,) = only(scan_wheel(whl), "pth-exec")
+    assert f.severity == "critical"
+    # the released line in the same crafted wheel is recognised: only the edit made it critical
+    other = tmp_path / "orig"
+    other.mkdir()
+    orig = make_wheel(other, {member: (line + "\n").encode()}, name=name.replace("-", "_"), meta_name=name)
+    assert [g.severity for g in scan_wheel(orig)] == ["info"]
+
+
+@pytest.mark.parametrize("pin", ["coverage==7.17.5", "pytest-cov==6.0.0"])
+def test_owner_hooks_in_another_wheel_are_critical(tmp_path, hook_wheels, pin):
+    member, line = _hook_line(hook_wheels, pin)
+    whl = make_wheel(tmp_path, {member: (line + "\n").encode()}, name="evil")
+    (f,) = only(scan_wheel(whl), "pth-exec")
+    assert f.severity == "critical" and "in a wheel that is not" in f.message
+    # quiet form: the owner's name in METADATA only, not in the file name and .dist-info
+    other = tmp_path / "q"
+    other.mkdir()
+    quiet = make_wheel(other, {member: (line + "\n").encode()}, name="evil", meta_name=pin.split("==")[0])
+    assert only(scan_wheel(quiet), "pth-exec")[0].severity == "critical"
+
+
+def test_nspkg_lines_any_distribution_may_ship(tmp_path, hook_wheels):
+    """A namespace loader imports only the standard library: recognised in any wheel, by content
+    (a different file name changes nothing)."""
+    member, line = _hook_line(hook_wheels, "protobuf==3.20.3")
+    whl = make_wheel(tmp_path, {"whatever.pth": (line + "\n").encode()}, name="other")
+    (f,) = scan_wheel(whl)
+    assert (f.severity, f.rule) == ("info", "pth-known-hook") and "namespace package google" in f.message
+
+
 # --- setuptools' own .pth -------------------------------------------------------------------------
 
-def test_real_setuptools_wheels_have_no_findings(setuptools_wheels):
+def test_real_setuptools_wheels_have_only_the_informational_shim(setuptools_wheels):
     for pin, whl in setuptools_wheels.items():
         with zipfile.ZipFile(whl) as zf:
             assert "distutils-precedence.pth" in zf.namelist(), pin
-        assert scan_wheel(whl) == (), pin
+        (f,) = scan_wheel(whl)
+        assert (f.severity, f.rule, f.member) == ("info", "pth-known-hook", "distutils-precedence.pth"), pin
+        assert "distutils-precedence" in f.message and "SETUPTOOLS_USE_DISTUTILS" in f.message
 
 
 def test_setuptools_pth_variants_are_the_released_ones(setuptools_wheels):
@@ -273,13 +447,14 @@ def test_setuptools_line_in_other_wheel_is_critical(tmp_path):
     whl = make_wheel(tmp_path, {"evil/__init__.py": b"", "distutils-precedence.pth": SETUPTOOLS_LINE},
                      name="evil")
     (f,) = only(scan_wheel(whl), "pth-exec")
-    assert f.severity == "critical" and "outside the setuptools wheel" in f.message
+    assert f.severity == "critical" and "in a wheel that is not setuptools" in f.message
 
 
 def test_setuptools_allowance_needs_exact_text_and_agreeing_names(tmp_path):
     extra = make_wheel(tmp_path, {"distutils-precedence.pth": SETUPTOOLS_LINE + b"import evil\n",
                                   "_distutils_hack/__init__.py": b""}, name="setuptools")
-    assert len(only(scan_wheel(extra), "pth-exec")) == 2
+    (bad,) = only(scan_wheel(extra), "pth-exec")
+    assert (bad.severity, bad.line, bad.evidence) == ("critical", 2, "import evil")
     other = tmp_path / "o"
     other.mkdir()
     fake = make_wheel(other, {"distutils-precedence.pth": SETUPTOOLS_LINE}, name="evil",
@@ -548,3 +723,77 @@ def test_pip_built_wheel_with_pth_and_sudo_script(tmp_path, wheelhouse):
 def test_popular_wheels_have_no_findings(ecosystem_wheels):
     for pin, whl in ecosystem_wheels.items():
         assert scan_wheel(whl) == (), pin
+
+
+# --- ownership: a wheel must not overwrite what it does not own (issue 12) ------------------------
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory):
+    """A real venv (pip inside, so bin/pip is pip's own generated script) with `othpkg` installed
+    by pip; its layout as the interpreter reports it. Read only by the tests."""
+    tmp_path = tmp_path_factory.mktemp("target")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True,
+                   env=support.clean_env(tmp_path / "home"))
+    wheels = tmp_path / "installed"
+    wheels.mkdir()
+    oth = make_wheel(wheels, {"othpkg/__init__.py": b"GOOD = 1\n"}, name="othpkg")
+    proc = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-deps", "--no-index",
+                           str(oth)], env=support.clean_env(tmp_path / "home"),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+    assert proc.returncode == 0, proc.stdout
+    layout = gate.target_layout(str(venv / "bin" / "python"))
+    assert layout.scripts == str(venv / "bin") and layout.purelib.startswith(str(venv))
+    return layout
+
+
+def _wheel(tmp_path, sub, files, **kw) -> gate.WheelToInstall:
+    d = tmp_path / sub
+    d.mkdir()
+    return gate.WheelToInstall(str(make_wheel(d, files, **kw)))
+
+
+def test_wheel_carrying_another_distributions_file_is_critical(tmp_path, target):
+    loud = _wheel(tmp_path, "loud", {"evil/__init__.py": b"", "othpkg/__init__.py": b"EVIL = 1\n"}, name="evil")
+    (f,) = gate.check_ownership([loud], target)
+    assert (f.severity, f.rule, f.package, f.member) == ("critical", "overwrites-other", "evil", "othpkg/__init__.py")
+    assert "installed distribution othpkg" in f.message and "evil" in f.message
+    # quiet: only a new file inside the other package, through the purelib scheme, in a dir it owns
+    quiet = _wheel(tmp_path, "quiet", {"evil-1.0.data/purelib/othpkg/__init__.py": b""}, name="evil")
+    (g,) = gate.check_ownership([quiet], target)
+    assert "othpkg" in g.message and g.rule == "overwrites-other"
+
+
+def test_console_script_named_pip_replacing_the_targets_pip_is_critical(tmp_path, target):
+    whl = _wheel(tmp_path, "w", {"evil/__init__.py": b""}, name="evil",
+                 entry_points="[console_scripts]\npip = evil:main\n")
+    (f,) = gate.check_ownership([whl], target)
+    assert f.evidence == os.path.join(target.scripts, "pip") and "installed distribution pip" in f.message
+
+
+def test_data_scripts_python_is_critical(tmp_path, target):
+    whl = _wheel(tmp_path, "w", {"evil-1.0.data/scripts/python": b"#!/bin/sh\n"}, name="evil")
+    (f,) = gate.check_ownership([whl], target)
+    assert f.evidence == os.path.join(target.scripts, "python") and "the environment" in f.message
+
+
+def test_two_wheels_of_one_install_claiming_one_path_are_critical(tmp_path, target):
+    a = _wheel(tmp_path, "a", {"shared/x.py": b"a"}, name="alpha")
+    b = _wheel(tmp_path, "b", {"beta-1.0.data/platlib/shared/x.py": b"b"}, name="beta")
+    (f,) = gate.check_ownership([a, b], target)
+    assert f.package == "beta" and "alpha" in f.message and "same install" in f.message
+
+
+def test_upgrade_and_reinstall_of_the_same_distribution_pass(tmp_path, target):
+    up = _wheel(tmp_path, "up", {"othpkg/__init__.py": b"GOOD = 2\n"}, name="othpkg", version="2.0",
+                meta_name="OthPkg")
+    same = _wheel(tmp_path, "same", {"othpkg/__init__.py": b"GOOD = 1\n"}, name="othpkg")
+    assert gate.check_ownership([up], target) == []
+    assert gate.check_ownership([same], target) == []
+    assert gate.check_ownership([], target) == []
+
+
+def test_target_dir_layout(tmp_path):
+    layout = gate.TargetLayout.for_target_dir(str(tmp_path / "t"))
+    whl = _wheel(tmp_path, "w", {"demo/__init__.py": b""})
+    assert layout.scripts == str(tmp_path / "t" / "bin") and gate.check_ownership([whl], layout) == []
