@@ -327,6 +327,7 @@ class Installer:
             return {"decision": "refuse", "message": f"pipguard: refused: {self.refusal}"}
         wheels = request.get("wheels") or []
         results: List[PackageResult] = []
+        owned = self._ownership(request) if role == "top" else {}
         for wheel in wheels:
             path = wheel.get("path") if isinstance(wheel, dict) else None
             if not isinstance(path, str) or not path.endswith(".whl") or not os.path.isfile(path) \
@@ -342,11 +343,16 @@ class Installer:
                 return {"decision": "refuse", "message": "pipguard: " + self.error}
             name = canonicalize_name(dist)
             calls = [r for r in self.hook_results if r.call.package == name]
+            # setuptools' editable finder is the expected result of `-e DIR`, and only
+            # for the project the user named: pip says which wheel that is
+            project = wheel.get("source_dir") if wheel.get("editable") and wheel.get("user_supplied") else None
             try:
-                findings = tuple(gate.scan_wheel(path))
+                findings = tuple(gate.scan_wheel(path, editable_project=project if isinstance(project, str)
+                                                 else None))
             except Exception as exc:  # a corrupt archive is a finding of its own kind: refuse
                 self.error = f"{name}: the wheel cannot be read: {exc}"
                 return {"decision": "refuse", "message": "pipguard: " + self.error}
+            findings += tuple(owned.get(name, ()))
             events = tuple(e for r in calls for e in r.report.blocked_events)
             refusing = [f for f in findings if f.severity in REFUSING_SEVERITIES]
             verdict = "blocked" if events else ("gate" if refusing else "clean")
@@ -373,6 +379,35 @@ class Installer:
         if self.options.sandbox_only:
             return {"decision": "stop"}
         return {"decision": "install"}
+
+    def _ownership(self, request: dict) -> Dict[str, List["gate.Finding"]]:
+        """Findings of wheels that would overwrite files they do not own, by
+        package. The layout is pip's own scheme (sent by the seam), or the
+        ``--target`` directory the files end up in."""
+        from pipguard import gate
+
+        paths = [w["path"] for w in request.get("wheels") or [] if isinstance(w, dict)
+                 and isinstance(w.get("path"), str) and os.path.isfile(w["path"])]
+        if not paths:
+            return {}
+        layout = None
+        if isinstance(request.get("target_dir"), str):
+            layout = gate.TargetLayout.for_target_dir(request["target_dir"])
+        else:
+            schemes = request.get("schemes") or {}
+            scheme = next(iter(schemes.values()), None) if isinstance(schemes, dict) else None
+            if isinstance(scheme, dict) and all(isinstance(scheme.get(k), str) for k in
+                                                ("purelib", "platlib", "scripts", "data", "headers")):
+                layout = gate.TargetLayout(scheme["purelib"], scheme["platlib"], scheme["scripts"],
+                                           scheme["data"], os.path.dirname(scheme["headers"]))
+        if layout is None:
+            layout = gate.target_layout(self.python)
+        out: Dict[str, List[gate.Finding]] = {}
+        from packaging.utils import canonicalize_name
+
+        for finding in gate.check_ownership([gate.WheelToInstall(p) for p in paths], layout):
+            out.setdefault(canonicalize_name(finding.package), []).append(finding)
+        return out
 
     def _probe(self, wheels: Sequence[str]) -> Optional[str]:
         """Import each new top-level module in the sandbox, from a staged copy."""

@@ -213,6 +213,17 @@ class _GateLoader:
             _refuse_command(command, "this pip's install command has no install_given_reqs")
             return
         module.install_given_reqs = _gated(original, self.role)
+        run = command.run
+
+        def run_recording_target(self, options, args):
+            # where a --target install ends up (pip installs into a temporary home first)
+            _STATE["target_dir"] = getattr(options, "target_dir", None)
+            return run(self, options, args)
+
+        command.run = run_recording_target
+
+
+_STATE = {"target_dir": None}
 
 
 def _refuse_command(command, why):
@@ -234,7 +245,16 @@ def _describe(requirement):
         "is_wheel": bool(getattr(requirement, "is_wheel", False)),
         "user_supplied": bool(getattr(requirement, "user_supplied", False)),
         "reinstall": bool(getattr(requirement, "should_reinstall", False)),
+        # the project an editable wheel was built from (its finder may point only there)
+        "source_dir": _source_dir(requirement) if getattr(requirement, "editable", False) else None,
     }
+
+
+def _source_dir(requirement):
+    try:
+        return requirement.unpacked_source_directory
+    except Exception:
+        return getattr(requirement, "source_dir", None)
 
 
 def _scheme(original, args, kwargs, names):
@@ -261,7 +281,7 @@ def _gated(original, role):
         from pip._internal.exceptions import InstallationError
 
         wheels = [_describe(r) for r in requirements]
-        answer = ask({"type": "gate", "role": role, "wheels": wheels,
+        answer = ask({"type": "gate", "role": role, "wheels": wheels, "target_dir": _STATE["target_dir"],
                       "schemes": _scheme(original, (requirements, *args), kwargs,
                                          [w["name"] for w in wheels if w["name"]])})
         decision = answer.get("decision")
