@@ -94,7 +94,7 @@ def test_native_connect_with_index_only_network(tmp_path, fake_home, index, loop
     assert f"127.0.0.1:{loopback_tcp.port}" in r.targets(kind="network")
 
 
-def test_install_through_index_proxy(tmp_path, fake_home, index, wheelhouse, loopback_tcp):
+def test_install_from_a_find_links_url(tmp_path, fake_home, index, wheelhouse, loopback_tcp):
     venv = tmp_path / "target"
     subprocess.run([PY, "-m", "venv", str(venv)], check=True)
     report = tmp_path / "r.json"

@@ -1,0 +1,316 @@
+"""``pipguard install --sandbox`` is pip: local projects, extras, ``-e``, ``-r`` with relative
+paths and ``-e`` lines, installed versions kept, ``--target``/``--prefix``, dynamic build
+requirements, quoted markers — with every hook call in its own sandbox, on both routes (a
+loopback index with credentials in PIP_INDEX_URL, and --find-links) and with two pips.
+Attacks at the seam: a build that rewrites a sibling's tree or drops a wheel next to its own, and
+one that looks for the index credentials everywhere it can."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from support import build_sdist
+from test_install import PY, Route, listing, make_venv, pg_install, site_import  # noqa: F401
+from test_install import any_pip_target, route, sdists, target  # noqa: F401 (fixtures)
+
+BACKEND = '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
+
+
+def write_project(root: Path, name: str, version: str = "1.0", *, setup_extra: str = "",
+                  pyproject: str = BACKEND, module_code: str = "VALUE = 1\n") -> Path:
+    """A setuptools project ``root/name`` with package ``name.replace('-', '_')``."""
+    pkg = name.replace("-", "_")
+    src = root / name
+    (src / pkg).mkdir(parents=True)
+    (src / pkg / "__init__.py").write_text(module_code)
+    (src / "pyproject.toml").write_text(pyproject)
+    (src / "setup.py").write_text(textwrap.dedent(f"""\
+        from setuptools import setup
+        setup(name={name!r}, version={version!r}, packages=[{pkg!r}]{setup_extra})
+        """))
+    return src
+
+
+def pip_list(target: Path) -> dict:
+    out = subprocess.run([str(target / "bin" / "python"), "-m", "pip", "list", "--format=freeze"],
+                         capture_output=True, text=True, env={"PIP_CONFIG_FILE": os.devnull,
+                                                             "PATH": os.environ["PATH"]}).stdout
+    return dict(line.lower().replace("_", "-").split("==", 1) for line in out.split() if "==" in line)
+
+
+# --------------------------------------------------------------------------- local projects
+def test_local_project_dot_with_extras(tmp_path, fake_home, route, any_pip_target):
+    target = any_pip_target
+    proj = write_project(tmp_path, "localproj", setup_extra=", extras_require={'x': ['legit_pure']}")
+    proc, report = pg_install([".[x]"], home=fake_home, target=target, route=route, cwd=proj)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    installed = pip_list(target)
+    assert installed.get("localproj") == "1.0" and "legit-pure" in installed, installed
+    assert site_import(target, "localproj").returncode == 0
+    hooks = {(p["package"], p["name"]) for p in report["phases"]}
+    assert ("localproj", "build_wheel") in hooks and ("legit-pure", "build_wheel") in hooks, hooks
+
+
+def test_absolute_path_installs_the_project(tmp_path, fake_home, route, target):
+    """The old pipguard printed INSTALLED and installed only the dependencies."""
+    proj = write_project(tmp_path, "abspathproj")
+    proc, report = pg_install([str(proj)], home=fake_home, target=target, route=route, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert pip_list(target).get("abspathproj") == "1.0"
+    assert [p["name"] for p in report["packages"]] == ["abspathproj"]
+
+
+def test_editable_imports_from_the_source_tree(tmp_path, fake_home, route, any_pip_target):
+    target = any_pip_target
+    proj = write_project(tmp_path, "editproj")
+    proc, report = pg_install(["-e", "."], home=fake_home, target=target, route=route, cwd=proj)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    where = subprocess.run([str(target / "bin" / "python"), "-c",
+                            "import editproj; print(editproj.__file__)"], capture_output=True, text=True,
+                           cwd="/")
+    assert where.stdout.strip() == str(proj / "editproj" / "__init__.py"), where.stderr
+    assert "build_editable" in [p["name"] for p in report["phases"]]
+    (pkg,) = report["packages"]
+    assert pkg["verdict"] == "clean"
+    assert all(f["severity"] == "info" for f in pkg["findings"])  # the editable finder, recognised
+
+
+def test_requirements_file_with_relative_paths_and_editable_lines(tmp_path, fake_home, route, target):
+    work = tmp_path / "work"
+    write_project(work / "libs", "reqlib")
+    write_project(work / "libs", "reqedit")
+    (work / "requirements.txt").write_text("./libs/reqlib\n-e ./libs/reqedit\nlegit_pure\n")
+    proc, _ = pg_install(["-r", "requirements.txt"], home=fake_home, target=target, route=route,
+                         cwd=work)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    installed = pip_list(target)
+    assert {"reqlib", "reqedit", "legit-pure"} <= set(installed), installed
+
+
+# --------------------------------------------------------------------------- the target's state
+def test_installed_versions_kept_without_upgrade(tmp_path, fake_home, route, target):
+    extra = route.add(tmp_path / "extra")
+    for version in ("1.0", "2.0"):
+        build_sdist(write_project(tmp_path / version, "keepme", version), extra)
+    first, _ = pg_install(["keepme==1.0"], home=fake_home, target=target, route=route, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
+    again, report = pg_install(["keepme"], home=fake_home, target=target, route=route, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert pip_list(target)["keepme"] == "1.0"
+    assert "already satisfied" in again.stdout.lower()
+    assert report["phases"] == []  # nothing was built: pip had nothing to do
+    upgraded, _ = pg_install(["-U", "keepme"], home=fake_home, target=target, route=route, cwd=tmp_path)
+    assert upgraded.returncode == 0, upgraded.stderr[-2000:]
+    assert pip_list(target)["keepme"] == "2.0"
+
+
+@pytest.mark.parametrize("where", ["--target", "--prefix"])
+def test_target_and_prefix(tmp_path, fake_home, route, target, where):
+    dest = tmp_path / "dest"
+    proc, _ = pg_install([where, str(dest), "legit_pure"], home=fake_home, target=target,
+                         route=route, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = list(dest.rglob("legit_pure/__init__.py"))
+    assert found, sorted(str(p) for p in dest.rglob("*"))[:20]
+    assert "legit-pure" not in pip_list(target)  # not in the venv itself
+
+
+# --------------------------------------------------------------------------- build requirements
+def test_dynamic_build_requirements(tmp_path, fake_home, route, target):
+    """setup_requires is asked for through get_requires_for_build_wheel; pip installs it into
+    the build environment (a pip subprocess: its own builds are sandboxed too)."""
+    extra = route.add(tmp_path / "extra")
+    build_sdist(write_project(tmp_path / "h", "dynhelper"), extra)
+    build_sdist(write_project(tmp_path / "d", "dynreq", setup_extra=", setup_requires=['dynhelper']"),
+                extra)
+    proc, report = pg_install(["dynreq"], home=fake_home, target=target, route=route, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert pip_list(target).get("dynreq") == "1.0"
+    assert "dynhelper" not in pip_list(target)  # a build requirement, not installed
+    built = {(p["package"], p["name"]) for p in report["phases"]}
+    assert ("dynhelper", "build_wheel") in built, built  # built in a sandbox for the build env
+
+
+def test_quoted_marker_in_build_requires(tmp_path, fake_home, route, target):
+    extra = route.add(tmp_path / "extra")
+    pyproject = ('[build-system]\nrequires = ["setuptools", "Cython; python_version < \'3.99\'", '
+                 '"wheel; python_version >= \'3\'"]\nbuild-backend = "setuptools.build_meta"\n')
+    build_sdist(write_project(tmp_path / "q", "quotedmarker", pyproject=pyproject), extra)
+    proc, _ = pg_install(["quotedmarker"], home=fake_home, target=target, route=route, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert pip_list(target).get("quotedmarker") == "1.0"
+
+
+# --------------------------------------------------------------------------- attacks at the seam
+SIBLING_ATTACK = """
+import os
+# pip unpacks every sdist of the install next to this one: <pip-install-*>/<name>_<hash>
+parent = os.path.dirname(os.getcwd())
+try:
+    names = os.listdir(parent)
+except OSError:
+    names = []
+for name in names:
+    if name.startswith('victim'):
+        try:
+            with open(os.path.join(parent, name, 'victim', '__init__.py'), 'w') as handle:
+                handle.write('POISONED = True\\n')
+        except OSError:
+            pass
+"""
+
+
+def test_build_cannot_rewrite_a_sibling_tree(tmp_path, fake_home, route, target):
+    extra = route.add(tmp_path / "extra")
+    build_sdist(write_project(tmp_path / "v", "victim"), extra)
+    # sorts after victim: pip unpacks victim first, then runs the attacker's hooks
+    attacker = write_project(tmp_path / "a", "zattacker", setup_extra="")
+    (attacker / "setup.py").write_text(SIBLING_ATTACK + (attacker / "setup.py").read_text())
+    build_sdist(attacker, extra)
+    before = listing(target)
+    proc, report = pg_install(["victim", "zattacker"], home=fake_home, target=target, route=route,
+                              cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert listing(target) == before
+    blocked = [e for e in report["events"] if e["action"] == "blocked"]
+    assert any(e["kind"] == "file-read" and "pip-install-" in e["target"] for e in blocked), blocked
+    assert not any(e["kind"] == "file-write" and e["action"] == "allowed" and "victim" in e["target"]
+                   for e in report["events"])
+
+
+def test_wheel_dropped_next_to_its_own_is_refused(tmp_path, fake_home, route, target):
+    """A build that adds a second wheel to the directory pip gave it (a tampered wheel of an
+    installed package, say) fails and is reported; nothing is installed."""
+    extra = route.add(tmp_path / "extra")
+    proj = write_project(tmp_path / "d", "dropper")
+    (proj / "setup.py").write_text(textwrap.dedent("""\
+        import os, sys
+        from setuptools import setup
+        from setuptools.command.bdist_wheel import bdist_wheel
+
+        class dropping(bdist_wheel):
+            def run(self):
+                super().run()
+                with open(os.path.join(self.dist_dir, 'pip-99-py3-none-any.whl'), 'wb') as handle:
+                    handle.write(b'PK\\x05\\x06' + b'\\0' * 18)
+
+        setup(name='dropper', version='1.0', packages=['dropper'], cmdclass={'bdist_wheel': dropping})
+        """))
+    build_sdist(proj, extra)
+    before = listing(target)
+    proc, report = pg_install(["dropper"], home=fake_home, target=target, route=route, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert listing(target) == before
+    (pkg,) = [p for p in report["packages"] if p["name"] == "dropper"]
+    assert pkg["verdict"] == "blocked"
+    assert any(f["rule"] == "unexpected-output" and f["member"].endswith("pip-99-py3-none-any.whl")
+               for f in pkg["findings"]), pkg
+
+
+CREDENTIAL_HUNT = """
+import glob, os, sys
+found = [repr(dict(os.environ)), repr(sys.argv)]
+for pattern in ('/proc/*/cmdline', '/proc/*/environ', '/proc/*/task/*/cmdline', '/etc/pip.conf',
+                '/etc/xdg/pip/pip.conf', os.path.expanduser('~/.config/pip/pip.conf'),
+                os.path.expanduser('~/.netrc')):
+    for path in glob.glob(pattern):
+        try:
+            with open(path, 'rb') as handle:
+                found.append(handle.read().decode('latin-1'))
+        except OSError:
+            pass
+os.makedirs('hunter', exist_ok=True)
+with open(os.path.join('hunter', 'loot.py'), 'w') as handle:
+    handle.write('LOOT = ' + repr('\\n'.join(found)) + '\\n')
+"""
+
+QUIET_HUNT = """
+import os, sys
+os.makedirs('hunter', exist_ok=True)
+with open(os.path.join('hunter', 'loot.py'), 'w') as handle:
+    handle.write('LOOT = ' + repr(repr(dict(os.environ)) + repr(sys.argv)) + '\\n')
+"""
+
+
+@pytest.mark.parametrize("style", ["quiet", "loud"])
+def test_index_credentials_never_reach_a_sandbox(tmp_path, fake_home, wheelhouse, sdists, target, style):
+    """The token in PIP_INDEX_URL: not in any hook call's environ or argv, not in another
+    process's /proc it could read, not in what gets installed."""
+    route = Route("index", [wheelhouse, sdists])
+    try:
+        extra = route.add(tmp_path / "extra")
+        proj = write_project(tmp_path / "h", "hunter")
+        hunt = CREDENTIAL_HUNT if style == "loud" else QUIET_HUNT
+        (proj / "setup.py").write_text(hunt + (proj / "setup.py").read_text())
+        build_sdist(proj, extra)
+        token = route.index.token
+        proc, report = pg_install(["hunter"], home=fake_home, target=target, route=route,
+                                  cwd=tmp_path)
+        assert any(authorized for _m, _p, authorized in route.index.requests)  # the index was used
+    finally:
+        route.stop()
+    for path in target.rglob("*"):
+        if path.is_file():
+            assert token.encode() not in path.read_bytes(), path
+    assert token not in (tmp_path / "install-report.json").read_text()
+    if style == "quiet":
+        assert proc.returncode == 0, proc.stderr[-3000:]  # it read only what it may: installed
+        assert site_import(target, "hunter").returncode == 0
+    else:
+        assert proc.returncode == 1, proc.stderr[-3000:]  # it tried other processes' /proc
+        assert [e for e in report["events"] if e["action"] == "blocked" and e["kind"] == "file-read"]
+
+
+FETCHER = """
+import os, urllib.request
+url = os.environ.get('PIPGUARD_TEST_FETCH')
+if url:
+    os.makedirs('fetcher', exist_ok=True)
+    data = urllib.request.urlopen(url, timeout=20).read()
+    with open(os.path.join('fetcher', 'fetched.txt'), 'wb') as handle:
+        handle.write(data)
+"""
+
+
+@pytest.mark.parametrize("allowed", [True, False])
+def test_build_host_allow_list(tmp_path, fake_home, route, target, loopback_tcp, allowed):
+    """A build that downloads (as a Rust/Go sdist fetches crates): denied by default, allowed
+    with --allow-build-host through the filtering proxy, the destination recorded either way."""
+    import functools
+    import http.server
+    import threading
+
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "crate.txt").write_text("crate-bytes")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    handler.log_message = lambda *a, **k: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    try:
+        extra = route.add(tmp_path / "extra")
+        proj = write_project(tmp_path / "f", "fetcher")
+        (proj / "setup.py").write_text(FETCHER + (proj / "setup.py").read_text())
+        build_sdist(proj, extra)
+        args = ["--keep-env", "PIPGUARD_TEST_FETCH", "fetcher"]
+        if allowed:
+            args = ["--allow-build-host", f"127.0.0.1:{port}", *args]
+        proc, report = pg_install(args, home=fake_home, target=target, route=route, cwd=tmp_path,
+                                  extra_env={"PIPGUARD_TEST_FETCH": f"http://127.0.0.1:{port}/crate.txt"})
+    finally:
+        server.shutdown()
+        server.server_close()
+    network = report["network"]
+    if allowed:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert any(n["port"] == port and n["action"] == "allowed" for n in network), network
+    else:
+        assert proc.returncode == 1, proc.stderr[-3000:]
+        assert "fetcher" not in pip_list(target)
+        assert any(e["kind"] == "network" and e["action"] == "blocked" for e in report["events"])
