@@ -91,6 +91,7 @@ def _preload() -> None:
     """Everything the worker imports, imported before it drops root (it may
     not be able to read pipguard's or Python's files afterwards)."""
     import ctypes.util  # noqa: F401
+    import encodings.idna  # noqa: F401 (socket.create_connection and getaddrinfo of a str host)
     import hashlib  # noqa: F401
     import select  # noqa: F401
     import struct  # noqa: F401

@@ -137,7 +137,8 @@ class Reviewer:
         except (OSError, UnicodeDecodeError, srcinfo_mod.SrcInfoError) as exc:
             return self._failed(f"cannot read the .SRCINFO makepkg wrote: {exc}")
 
-        auto, self.needing_allow = srcinfo_mod.source_destinations(self.info.sources)
+        auto, needing = srcinfo_mod.source_destinations(self.info.sources)
+        self.needing_allow = tuple(h for h in needing if not any(_covers(a, h) for a in self.allow_hosts))
         self.allowed = tuple(dict.fromkeys(auto + self.allow_hosts))
         self.progress("fetching and verifying the sources (makepkg --verifysource, sandboxed)")
         # --verifysource makes $srcdir before it fetches: a scratch BUILDDIR,
@@ -223,6 +224,12 @@ class Reviewer:
             hosts_needing_allow=self.needing_allow,
             checksum_mismatches=tuple(m.__dict__ for m in self.mismatches),
             contents=self.contents, build_user=self.build_user, isolation=self.isolation)
+
+
+def _covers(allowed: HostPort, named: str) -> bool:
+    """Does ``--allow-host`` ``allowed`` cover ``named`` (``host[:port]``)?"""
+    parsed = HostPort.parse(named)
+    return allowed.host.lower() == parsed.host.lower() and allowed.port in (None, parsed.port)
 
 
 def _read_text(path: str) -> str:
