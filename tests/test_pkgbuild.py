@@ -32,8 +32,8 @@ HELLO_C = '#include <stdio.h>\nint main(void) { puts("hello from pkgbuild"); ret
 
 @pytest.fixture(scope="module")
 def makepkg():
-    if shutil.which("makepkg") is None or shutil.which("gcc") is None:
-        message = "makepkg/gcc not installed (apt-get install pacman-package-manager gcc)"
+    if not all(shutil.which(tool) for tool in ("makepkg", "bsdtar", "fakeroot", "gcc")):
+        message = "makepkg not installed (apt-get install pacman-package-manager libarchive-tools fakeroot gcc)"
         if support.strict():
             pytest.fail(message, pytrace=False)
         pytest.skip(message)

@@ -20,7 +20,7 @@ from pipguard.policy import HostPort
 __all__ = ["MakepkgNotFound", "PackageFile", "Phase", "PkgbuildResult", "review"]
 
 INSTALL_HINT = ("install makepkg: on Arch it comes with pacman; on Debian/Ubuntu: "
-                "apt-get install pacman-package-manager")
+                "apt-get install pacman-package-manager libarchive-tools fakeroot")
 
 
 class MakepkgNotFound(PipguardError):
