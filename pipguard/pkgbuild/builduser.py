@@ -24,7 +24,7 @@ import os
 import pwd
 import sys
 from dataclasses import dataclass
-from typing import Callable, Dict
+from typing import Any, Callable, Dict
 
 from pipguard.errors import PipguardError
 
@@ -77,8 +77,8 @@ def chown_for(user: BuildUser, *paths: str) -> None:
             os.chown(path, user.uid, user.gid)
 
 
-def run_as_build_user(user: BuildUser, work: Callable[[], dict],
-                      preload: Callable[[], None]) -> dict:
+def run_as_build_user(user: BuildUser, work: Callable[[], Dict[str, Any]],
+                      preload: Callable[[], None]) -> Dict[str, Any]:
     """Run ``work()`` (returns JSON-able data) as ``user`` and return its data.
 
     Not dropped: a plain call. Dropped: in a forked worker. The worker cannot
@@ -99,6 +99,7 @@ def run_as_build_user(user: BuildUser, work: Callable[[], dict],
         code = 0
         try:
             os.close(read_fd)
+            payload: Dict[str, Any]
             try:
                 _drop(user)
                 payload = {"ok": work()}
@@ -127,17 +128,18 @@ def run_as_build_user(user: BuildUser, work: Callable[[], dict],
             chunks.append(chunk)
     _, status = os.waitpid(pid, 0)
     try:
-        payload = json.loads(b"".join(chunks) or b"null")
+        received: Any = json.loads(b"".join(chunks) or b"null")
     except ValueError:
-        payload = None
-    if not isinstance(payload, dict):
+        received = None
+    if not isinstance(received, dict):
         raise PipguardError(f"the review's worker (uid {user.uid}) ended without a result "
                             f"(status {os.waitstatus_to_exitcode(status)})")
-    if "error" in payload:
-        error = PipguardError(str(payload["error"]), payload.get("hint"))
-        error.exit_code = int(payload.get("exit_code") or 2)
+    if "error" in received:
+        hint = received.get("hint")
+        error = PipguardError(str(received["error"]), str(hint) if hint else None)
+        error.exit_code = int(received.get("exit_code") or 2)
         raise error
-    return payload["ok"]
+    return dict(received["ok"])
 
 
 def _drop(user: BuildUser) -> None:

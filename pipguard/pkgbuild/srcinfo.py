@@ -207,14 +207,17 @@ def verify(sources: Tuple[Source, ...], startdir: str, srcdest: str) -> Tuple[Mi
     regular file, is a mismatch with ``actual`` ``"missing"``."""
     out: List[Mismatch] = []
     for source in sources:
-        checks = {k: v.lower() for k, v in source.sums.items()
-                  if v.upper() != "SKIP" and SUM_KEYS.get(k)}
+        checks: Dict[str, Tuple[str, str]] = {}  # sums key -> (hashlib name, expected)
+        for key, value in source.sums.items():
+            algorithm = SUM_KEYS.get(key)
+            if algorithm and value.upper() != "SKIP":
+                checks[key] = (algorithm, value.lower())
         if not checks or source.vcs:
             continue
         path = os.path.join(startdir if source.local else srcdest, source.filename)
-        digests = _digests(path, [SUM_KEYS[k] for k in checks])
-        for key, expected in checks.items():
-            actual = digests.get(SUM_KEYS[key], "missing") if digests else "missing"
+        digests = _digests(path, [algorithm for algorithm, _ in checks.values()]) or {}
+        for key, (algorithm, expected) in checks.items():
+            actual = digests.get(algorithm, "missing")
             if actual != expected:
                 out.append(Mismatch(source.filename, key, expected, actual))
     return tuple(out)
