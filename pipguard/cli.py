@@ -221,6 +221,32 @@ def _existing(paths: Sequence[str], flag: str) -> tuple:
     return tuple(out)
 
 
+def _pkgbuild(directory, allow_hosts, isolation, timeout, report_path, fmt) -> None:
+    import click
+
+    from pipguard.pkgbuild import review
+    from pipguard.policy import HostPort
+    from pipguard.render import pkgbuild as render_pkgbuild
+    from pipguard.report import check_writable, write_atomic
+
+    renderer = render_pkgbuild.get(fmt)
+    report_path = check_writable(report_path) if report_path else None
+    hosts = tuple(HostPort.parse(h) for h in allow_hosts)
+    show = sys.stderr.isatty()
+    progress = (lambda m: click.echo(f"pipguard: {m}", err=True)) if show else None
+    _sigterm_like_ctrl_c()
+    _resume_gc()
+    result = review(directory, allow_hosts=hosts, isolation=isolation, timeout=timeout,
+                    progress=progress)
+    if report_path:
+        write_atomic(report_path, render_pkgbuild.json(result))
+    if fmt == "table":
+        _echo(renderer(result, color=_color(sys.stderr)), err=True)
+    else:
+        _echo(renderer(result))
+    raise SystemExit(result.exit_code)
+
+
 def _doctor(fmt) -> None:
     import json
 
@@ -247,7 +273,7 @@ def _doctor(fmt) -> None:
 
 # -- the click application ----------------------------------------------------
 
-_CLICK_NAMES = ("cli", "run", "install", "sandbox", "doctor", "_pip_options", "_FORMAT", "_ISOLATION")
+_CLICK_NAMES = ("cli", "run", "install", "sandbox", "pkgbuild", "doctor", "_pip_options", "_FORMAT", "_ISOLATION")
 
 
 def _click_app():
@@ -378,6 +404,28 @@ def _click_app():
         _install(True, kw)
 
     @cli.command()
+    @click.argument("directory", default=".", type=click.Path(file_okay=False))
+    @click.option("--allow-host", "allow_hosts", multiple=True, metavar="HOST[:PORT]",
+                  help="Let the sources phase reach this destination too (repeatable); public "
+                       "hosts the source URLs name are allowed already, loopback and private ones "
+                       "only with this.")
+    @click.option("--isolation", type=click.Choice(["auto", "os"]), default="auto", show_default=True)
+    @click.option("--timeout", type=float, callback=_positive_float, metavar="SECONDS",
+                  help="Time limit for each sandboxed run.")
+    @click.option("--report", "report_path", metavar="FILE", help="Write the JSON report here.")
+    @click.option("--format", "fmt", type=_FORMAT, default="table", show_default=True)
+    def pkgbuild(directory, allow_hosts, isolation, timeout, report_path, fmt) -> None:
+        """Review the PKGBUILD in DIRECTORY (default: .) with the real makepkg in
+        the sandbox, never as root: read it, fetch and verify the sources (network
+        only to their hosts), build offline, run the .install scriptlets against a
+        scratch root; report each phase's evidence and the package's contents.
+
+        Exit status: 0 observed clean, 1 something was blocked, 2 error (also:
+        makepkg missing, checksum mismatch), 130 interrupted.
+        """
+        _pkgbuild(directory, allow_hosts, isolation, timeout, report_path, fmt)
+
+    @cli.command()
     @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
     def doctor(fmt) -> None:
         """Show which sandbox layers this host supports.
@@ -386,7 +434,7 @@ def _click_app():
         """
         _doctor(fmt)
 
-    globals().update(cli=cli, run=run, install=install, sandbox=sandbox, doctor=doctor,
+    globals().update(cli=cli, run=run, install=install, sandbox=sandbox, pkgbuild=pkgbuild, doctor=doctor,
                      _pip_options=_install_options, _FORMAT=_FORMAT, _ISOLATION=_ISOLATION)
     return cli
 

@@ -182,3 +182,30 @@ def write_atomic(path: str, text: str) -> None:
         except OSError:
             pass
         raise ReportWriteError(f"cannot write report {path}: {exc.strerror}") from exc
+
+
+def from_json(data: Dict[str, Any]) -> Report:
+    """The :class:`Report` that ``to_json`` gave ``data`` (unknown keys are
+    ignored, as consumers of the schema must; ``verdict`` is recomputed)."""
+    isolation = data.get("isolation") or {}
+    return Report(
+        command=tuple(data.get("command") or ()), exit_code=data.get("exit_code"),
+        timed_out=bool(data.get("timed_out")),
+        isolation=LayerStatus(isolation.get("requested", ""), tuple(isolation.get("applied") or ()),
+                              dict(isolation.get("unavailable") or {})),
+        events=tuple(Event(**_known(Event, e)) for e in data.get("events") or ()),
+        processes=tuple(ProcessRecord(**dict(_known(ProcessRecord, p), argv=tuple(p.get("argv") or ())))
+                        for p in data.get("processes") or ()),
+        network=tuple(NetworkAttempt(**_known(NetworkAttempt, n)) for n in data.get("network") or ()),
+        files_written=tuple(FileWritten(**_known(FileWritten, f)) for f in data.get("files_written") or ()),
+        env_removed=tuple(data.get("env_removed") or ()), events_dropped=int(data.get("events_dropped") or 0),
+        policy=dict(data.get("policy") or {}), host=dict(data.get("host") or {}), cwd=data.get("cwd", ""),
+        started_at=float(data.get("started_at") or 0.0), duration=float(data.get("duration") or 0.0),
+        error=data.get("error"), tool_version=data.get("tool_version", ""),
+        supervision=dict(data.get("supervision") or {}),
+    )
+
+
+def _known(cls, values: Dict[str, Any]) -> Dict[str, Any]:
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in values.items() if k in names}

@@ -56,6 +56,9 @@ from pipguard._hook._pipguard_hook import (  # noqa: E402
 _RESOLVE_IN_ROOT = 0x10  # linux/openat2.h
 
 
+_DEV_STDIO = {"/dev/stdin": "0", "/dev/stdout": "1", "/dev/stderr": "2"}
+
+
 def _normalised(path: str) -> bool:
     """No "..", ".", or empty component that could make a prefix test lie."""
     return "/.." not in path and "//" not in path and "/./" not in path and not path.endswith("/.")
@@ -655,6 +658,11 @@ class Supervisor:
             path = f"/proc/{pid}" + path[len("/proc/self"):]
         elif path.startswith("/proc/thread-self"):
             path = f"/proc/{pid}" + path[len("/proc/thread-self"):]
+        elif path.startswith("/dev/fd/") or path in _DEV_STDIO:
+            # /dev/fd is a link to /proc/self/fd: resolved here it would be
+            # pipguard's own fds (bash's process substitution opens /dev/fd/63)
+            path = f"/proc/{pid}/fd/" + (path[len("/dev/fd/"):] if path.startswith("/dev/fd/")
+                                         else _DEV_STDIO[path])
         if not path.startswith("/"):
             if dirfd == _AT_FDCWD:
                 base_link = f"/proc/{pid}/cwd"

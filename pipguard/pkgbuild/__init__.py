@@ -1,0 +1,117 @@
+"""``pipguard pkgbuild``: review a candidate PKGBUILD in the sandbox.
+
+:func:`review` runs the real makepkg, never as root and never outside the
+sandbox, in phases (see :mod:`pipguard.pkgbuild.review`) and returns a
+:class:`~pipguard.pkgbuild.result.PkgbuildResult`: each phase's evidence,
+the package's contents, and a status (``clean`` / ``blocked`` / ``error``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from typing import Callable, Mapping, Optional, Sequence
+
+from pipguard.errors import PipguardError, UsageError
+from pipguard.pkgbuild.result import PackageFile, Phase, PkgbuildResult
+from pipguard.policy import HostPort
+
+__all__ = ["MakepkgNotFound", "PackageFile", "Phase", "PkgbuildResult", "review"]
+
+INSTALL_HINT = ("install makepkg: on Arch it comes with pacman; on Debian/Ubuntu: "
+                "apt-get install pacman-package-manager libarchive-tools fakeroot")
+
+
+class MakepkgNotFound(PipguardError):
+    """makepkg (or bash, which it is written in) is not installed."""
+
+    blame = "host"
+
+
+def review(directory: str, *, allow_hosts: Sequence[HostPort] = (), isolation: str = "auto",
+           timeout: Optional[float] = None, env: Optional[Mapping[str, str]] = None,
+           progress: Optional[Callable[[str], None]] = None) -> PkgbuildResult:
+    """Review the PKGBUILD in ``directory``.
+
+    ``allow_hosts``: destinations the sources phase may reach besides the
+    public hosts the source URLs name (empty: only those). ``isolation``:
+    ``auto`` or ``os`` (``audit`` sees only Python processes, and makepkg is
+    bash: refused). ``timeout``: seconds per sandboxed run (None: no limit).
+    ``env``: the environment to start from (default ``os.environ``; the
+    sandbox scrubs it). Raises :class:`~pipguard.errors.PipguardError` for
+    bad input or a missing makepkg, before anything ran.
+    """
+    from pipguard.pkgbuild import builduser
+    from pipguard.pkgbuild.review import Layout, Reviewer
+
+    env = dict(os.environ if env is None else env)
+    directory = os.path.abspath(directory)
+    if isolation == "audit":
+        raise UsageError("--isolation audit cannot review a PKGBUILD",
+                         hint="the audit layer sees only Python processes and makepkg is bash; use auto or os")
+    if not os.path.isfile(os.path.join(directory, "PKGBUILD")):
+        raise UsageError(f"no PKGBUILD in {directory}", hint="name the directory that holds the PKGBUILD")
+    for tool in ("makepkg", "bash"):
+        if shutil.which(tool, path=env.get("PATH") or os.defpath) is None:
+            raise MakepkgNotFound(f"{tool} is not installed", hint=INSTALL_HINT)
+    user = builduser.choose()
+    base = tempfile.mkdtemp(prefix="pipguard-pkgbuild-")
+    try:
+        layout = Layout(base)
+        _stage(directory, layout, user)
+        reviewer = Reviewer(directory, layout, allow_hosts=allow_hosts, isolation=isolation,
+                            timeout=timeout, env=env, progress=progress, build_user=user.to_json())
+        data = builduser.run_as_build_user(user, reviewer.run, preload=_preload)
+        return PkgbuildResult.from_json(data)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _stage(directory: str, layout, user) -> None:
+    """Copy the user's directory to ``layout.input`` (readable by the build
+    user, writable by nobody but pipguard), and make the build user's dirs."""
+    os.chmod(layout.base, 0o755)  # the build user must traverse it
+    shutil.copytree(directory, layout.input, symlinks=True)
+    for root, dirs, files in os.walk(layout.input):
+        for name in dirs + [""]:
+            os.chmod(os.path.join(root, name), 0o755)
+        for name in files:
+            path = os.path.join(root, name)
+            if not os.path.islink(path):
+                os.chmod(path, 0o755 if os.stat(path).st_mode & 0o111 else 0o644)
+    from pipguard.pkgbuild.builduser import chown_for
+
+    for path in layout.build_owned():
+        os.mkdir(path, 0o700)
+        chown_for(user, path)
+
+
+def _preload() -> None:
+    """Everything the worker imports, imported before it drops root (it may
+    not be able to read pipguard's or Python's files afterwards)."""
+    import ctypes.util  # noqa: F401
+    import encodings.idna  # noqa: F401 (socket.create_connection and getaddrinfo of a str host)
+    import hashlib  # noqa: F401
+    import select  # noqa: F401
+    import struct  # noqa: F401
+    import threading  # noqa: F401
+
+    import pipguard._child  # noqa: F401
+    import pipguard.files  # noqa: F401
+    import pipguard.launcher  # noqa: F401
+    import pipguard.notify  # noqa: F401
+    import pipguard.proxy  # noqa: F401
+    import pipguard.sandbox  # noqa: F401
+    import pipguard.supervisor  # noqa: F401
+    from pipguard.plan import precompile_hook
+
+    try:
+        from pipguard import _responder  # noqa: F401
+    except ImportError:
+        pass
+    try:
+        import pyseccomp  # noqa: F401
+    except ImportError:
+        pass
+    precompile_hook()  # as root, before the drop: the build user cannot write it

@@ -1,0 +1,214 @@
+"""The outcome of ``pipguard pkgbuild``: phases (each with its own sandbox
+report), the package's contents, and one JSON form (``pipguard.report/1``
+plus the fields documented in docs/pkgbuild.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Tuple
+
+from pipguard import exitcodes
+from pipguard import report as report_mod
+from pipguard.report import Event, FileWritten, LayerStatus, NetworkAttempt, ProcessRecord, Report
+
+#: status -> exit code (as for ``pipguard sandbox``)
+EXIT_CODES = {"clean": exitcodes.OK, "blocked": exitcodes.REFUSED, "error": exitcodes.ERROR,
+              "interrupted": exitcodes.INTERRUPTED}
+
+
+@dataclass(frozen=True)
+class PackageFile:
+    """One entry of a package directory (``$pkgdir``), as pacman would install it.
+
+    ``path`` is absolute as installed (``/usr/bin/hello``); ``kind`` is
+    ``file``, ``symlink`` or ``other`` (fifo, device...); ``mode`` the octal
+    permission bits including setuid/setgid/sticky (``"4755"``); ``sha256``
+    is empty for anything but a regular file; ``target`` is a link's text."""
+
+    package: str
+    path: str
+    kind: str
+    mode: str
+    size: int
+    sha256: str = ""
+    target: str = ""
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One sandboxed run. ``step`` names the scriptlet function for the
+    install-scripts phase; ``own_dirs`` are the directories the phase is
+    there to write (its output), so everything it wrote elsewhere is listed
+    in :attr:`written_outside`."""
+
+    name: str
+    report: Report
+    step: str = ""
+    package: str = ""
+    own_dirs: Tuple[str, ...] = ()
+
+    @property
+    def written_outside(self) -> Tuple[FileWritten, ...]:
+        """Files the phase wrote outside its own directories (that were
+        allowed: the sandbox's private temp dir and HOME). Refused writes
+        are blocked ``file-write`` events, see :attr:`blocked_writes`."""
+        return tuple(f for f in self.report.files_written
+                     if not any(f.path == d or f.path.startswith(d + "/") for d in self.own_dirs))
+
+    @property
+    def blocked_writes(self) -> Tuple[Event, ...]:
+        return tuple(e for e in self.report.blocked_events if e.kind == "file-write")
+
+    @property
+    def title(self) -> str:
+        parts = [self.name] + [p for p in (self.package, self.step) if p]
+        return " ".join(parts[:1]) + (f" ({', '.join(parts[1:])})" if parts[1:] else "")
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"name": self.name, "step": self.step, "package": self.package,
+                "verdict": self.report.verdict, "exit_code": self.report.exit_code,
+                "duration": self.report.duration, "own_dirs": list(self.own_dirs),
+                "written_outside": [dataclasses.asdict(f) for f in self.written_outside],
+                "blocked_writes": [e.target for e in self.blocked_writes],
+                "report": self.report.to_json()}
+
+
+@dataclass(frozen=True)
+class PkgbuildResult:
+    """``status``: ``clean`` (every phase ran, nothing blocked), ``blocked``
+    (something was blocked in any phase), ``error`` (a phase failed or the
+    sources did not match their checksums, nothing blocked), or
+    ``interrupted``. Clean is what was observed in this execution, not proof."""
+
+    directory: str
+    command: Tuple[str, ...]
+    status: str
+    message: str
+    phases: Tuple[Phase, ...] = ()
+    pkgbase: str = ""
+    version: str = ""
+    pkgnames: Tuple[str, ...] = ()
+    sources: Tuple[Dict[str, Any], ...] = ()
+    allowed_hosts: Tuple[str, ...] = ()
+    hosts_needing_allow: Tuple[str, ...] = ()
+    checksum_mismatches: Tuple[Dict[str, str], ...] = ()
+    contents: Tuple[PackageFile, ...] = ()
+    build_user: Dict[str, Any] = field(default_factory=dict)
+    isolation: str = "auto"
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES.get(self.status, exitcodes.ERROR)
+
+    def combined(self) -> Report:
+        """One run-style report over every phase (events tagged with ``phase``),
+        for renderers that take a :class:`Report` (SARIF)."""
+        events: List[Event] = []
+        processes: List[ProcessRecord] = []
+        network: List[NetworkAttempt] = []
+        written: List[FileWritten] = []
+        applied: List[str] = []
+        unavailable: Dict[str, str] = {}
+        dropped, timed_out = 0, False
+        for phase in self.phases:
+            r = phase.report
+            for e in r.events:
+                detail = dict(e.detail, phase=phase.name)
+                if phase.step:
+                    detail["step"] = phase.step
+                events.append(dataclasses.replace(e, seq=len(events) + 1, detail=detail))
+            processes += r.processes
+            network += r.network
+            written += r.files_written
+            applied += [a for a in r.isolation.applied if a not in applied]
+            unavailable.update(r.isolation.unavailable)
+            dropped += r.events_dropped
+            timed_out = timed_out or r.timed_out
+        first = self.phases[0].report if self.phases else None
+        return Report(
+            command=self.command, exit_code=self.exit_code, timed_out=timed_out,
+            isolation=LayerStatus(self.isolation, tuple(applied), unavailable),
+            events=tuple(events), processes=tuple(processes), network=tuple(network),
+            files_written=tuple(written), env_removed=first.env_removed if first else (),
+            events_dropped=dropped, policy=first.policy if first else {},
+            host=first.host if first else {}, cwd=self.directory,
+            started_at=first.started_at if first else 0.0,
+            duration=round(sum(p.report.duration for p in self.phases), 4),
+            error=self.message if self.status in ("error", "interrupted") else None,
+            tool_version=first.tool_version if first else "",
+        )
+
+    def to_json(self) -> Dict[str, Any]:
+        data = self.combined().to_json()
+        data["verdict"] = {"clean": "clean", "blocked": "blocked"}.get(self.status, "error")
+        data.update(
+            status=self.status, message=self.message, directory=self.directory,
+            pkgbuild={"pkgbase": self.pkgbase, "version": self.version, "pkgnames": list(self.pkgnames),
+                      "sources": [dict(s) for s in self.sources],
+                      "allowed_hosts": list(self.allowed_hosts),
+                      "hosts_needing_allow": list(self.hosts_needing_allow),
+                      "checksum_mismatches": [dict(m) for m in self.checksum_mismatches],
+                      "build_user": dict(self.build_user)},
+            phases=[p.to_json() for p in self.phases],
+            contents=[dataclasses.asdict(f) for f in self.contents],
+        )
+        return data
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "PkgbuildResult":
+        """Inverse of :meth:`to_json` (the review's worker process hands its
+        result over as JSON: plain data, never code)."""
+        info = data.get("pkgbuild") or {}
+        phases = tuple(Phase(p["name"], report_mod.from_json(p["report"]), p.get("step", ""),
+                             p.get("package", ""), tuple(p.get("own_dirs") or ()))
+                       for p in data.get("phases") or ())
+        names = {f.name for f in dataclasses.fields(PackageFile)}
+        return cls(
+            directory=data.get("directory", ""), command=tuple(data.get("command") or ()),
+            status=data.get("status", "error"), message=data.get("message", ""), phases=phases,
+            pkgbase=info.get("pkgbase", ""), version=info.get("version", ""),
+            pkgnames=tuple(info.get("pkgnames") or ()), sources=tuple(info.get("sources") or ()),
+            allowed_hosts=tuple(info.get("allowed_hosts") or ()),
+            hosts_needing_allow=tuple(info.get("hosts_needing_allow") or ()),
+            checksum_mismatches=tuple(info.get("checksum_mismatches") or ()),
+            contents=tuple(PackageFile(**{k: v for k, v in f.items() if k in names})
+                           for f in data.get("contents") or ()),
+            build_user=dict(info.get("build_user") or {}),
+            isolation=(data.get("isolation") or {}).get("requested", "auto"),
+        )
+
+
+def package_contents(package: str, pkgdir: str) -> Tuple[PackageFile, ...]:
+    """Every entry below ``pkgdir`` except directories, sorted by path. Links
+    are recorded, never followed."""
+    from pipguard.files import sha256
+
+    out: List[PackageFile] = []
+    for dirpath, dirnames, filenames in os.walk(pkgdir):
+        for name in sorted(dirnames + filenames):
+            full = os.path.join(dirpath, name)
+            try:
+                st = os.lstat(full)
+            except OSError:
+                continue
+            if os.path.isdir(full) and not os.path.islink(full):
+                continue
+            rel = "/" + os.path.relpath(full, pkgdir)
+            mode = format(st.st_mode & 0o7777, "04o")
+            if os.path.islink(full):
+                out.append(PackageFile(package, rel, "symlink", mode, st.st_size,
+                                       target=os.readlink(full)))
+            elif os.path.isfile(full):
+                out.append(PackageFile(package, rel, "file", mode, st.st_size, sha256=_hash(full, sha256)))
+            else:
+                out.append(PackageFile(package, rel, "other", mode, 0))
+    return tuple(sorted(out, key=lambda f: (f.package, f.path)))
+
+
+def _hash(path: str, sha256) -> str:
+    try:
+        return sha256(path)
+    except OSError:
+        return ""
