@@ -314,3 +314,20 @@ def test_build_host_allow_list(tmp_path, fake_home, route, target, loopback_tcp,
         assert proc.returncode == 1, proc.stderr[-3000:]
         assert "fetcher" not in pip_list(target)
         assert any(e["kind"] == "network" and e["action"] == "blocked" for e in report["events"])
+
+
+@pytest.mark.parametrize("version", ["3.9", "3.13"])
+def test_target_interpreter_of_another_version(tmp_path, fake_home, route, version):
+    """--python of another CPython: its own pip (3.9's bundled pip is 23.0) runs the seam, which
+    is stdlib-only; the hook calls run that interpreter in the sandbox."""
+    from support import python_versions
+
+    python = python_versions().get(version)
+    if python is None:
+        pytest.skip(f"no Python {version} on this machine")
+    venv = tmp_path / f"target{version}"
+    subprocess.run([python, "-m", "venv", str(venv)], check=True)
+    proc, report = pg_install(["legit_pure"], home=fake_home, target=venv, route=route, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert site_import(venv, "legit_pure").returncode == 0
+    assert any(p["name"] == "build_wheel" for p in report["phases"])
