@@ -16,7 +16,7 @@ import time
 from typing import Callable, Mapping, Optional, Sequence
 
 import pipguard
-from pipguard import exitcodes, files
+from pipguard import exitcodes, files, limits
 from pipguard.errors import PipguardError
 from pipguard.plan import Plan, cleanup, make_plan, precompile_hook
 from pipguard.policy import Policy
@@ -78,24 +78,35 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
         raise
     started_at = time.time()
     precompile_hook()
+    prepared = None
+    started = None
     try:
         roots = [r for r in plan.write_roots if record_build_dir or r != plan.cwd]
         before = files.snapshot(roots)
         from pipguard import launcher
 
+        memory = policy.limit_memory or limits.default_memory()
+        prepared = limits.prepare(memory, policy.limit_processes, policy.limit_cpu, policy.limit_write)
         notify(f"starting {' '.join(argv)[:80]}")
-        started = launcher.start(plan, meanwhile=lambda: _while_confining(meanwhile))
+        started = launcher.start(plan, meanwhile=lambda: _while_confining(meanwhile),
+                                 rlimits=prepared.rlimits,
+                                 before_exec=prepared.cgroup.add if prepared.cgroup else None)
         from pipguard.supervisor import Supervisor
 
         if proxy is not None:
             proxy.__enter__()
-        supervisor = Supervisor(plan, policy, started)
+        supervisor = Supervisor(plan, policy, started, cgroup=prepared.cgroup)
+        supervisor.memory_limit = memory
         evidence = supervisor.run()
         if proxy is not None:
             _proxy_evidence(proxy, supervisor)
         written = files.changed(before, files.snapshot(roots))
-        return _report(plan, policy, started, evidence, written, started_at)
+        return _report(plan, policy, started, evidence, written, started_at, prepared)
     finally:
+        if started is not None:
+            started.process.release()
+        if prepared is not None and prepared.cgroup is not None:
+            prepared.cgroup.remove()
         if proxy is not None:
             proxy.__exit__(None, None, None)
         cleanup(plan)
@@ -122,11 +133,12 @@ def _proxy_evidence(proxy, supervisor) -> None:
                                 action, pid, "proxy")
 
 
-def _report(plan: Plan, policy: Policy, started, evidence, written, started_at: float) -> Report:
+def _report(plan: Plan, policy: Policy, started, evidence, written, started_at: float,
+            prepared) -> Report:
     applied = ["audit", *started.applied]
     if started.listener is not None:
         applied.append("supervisor")
-    unavailable = {**plan.unavailable, **started.unavailable}
+    unavailable = {**plan.unavailable, **started.unavailable, **prepared.unavailable}
     if policy.isolation != "audit" and started.listener is None and "supervisor" not in unavailable \
             and plan.os_spec is not None:
         unavailable["supervisor"] = "seccomp user notification is unavailable"
@@ -157,6 +169,8 @@ def _report(plan: Plan, policy: Policy, started, evidence, written, started_at: 
         events_dropped=evidence.dropped, policy=policy.to_json(), host=_host_summary(),
         cwd=plan.cwd, started_at=started_at, duration=round(time.time() - started_at, 4),
         error=error, tool_version=pipguard.__version__, supervision=dict(evidence.supervision),
+        limits={name: limit.to_json() for name, limit in prepared.applied.items()},
+        limit_hit=evidence.limit_hit,
     )
 
 
