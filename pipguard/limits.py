@@ -77,6 +77,28 @@ def parse_seconds(text: str, flag: str = "seconds") -> float:
     return value
 
 
+#: CLI flag -> Policy field (the same flags on run, install and sandbox)
+FLAGS = {"--limit-memory": "limit_memory", "--limit-processes": "limit_processes",
+         "--limit-cpu": "limit_cpu", "--limit-write": "limit_write"}
+
+
+def policy_settings(memory: Optional[str] = None, processes: Optional[str] = None,
+                    cpu: Optional[str] = None, write: Optional[str] = None) -> Dict[str, float]:
+    """The Policy settings for the ``--limit-*`` flags that were given (as
+    typed: ``"4G"``, ``"500"``...): ``Policy(**policy_settings(...))``.
+    None means the flag was not given (the Policy default holds)."""
+    settings: Dict[str, float] = {}
+    if memory is not None:
+        settings["limit_memory"] = parse_size(memory, "--limit-memory")
+    if processes is not None:
+        settings["limit_processes"] = parse_count(processes, "--limit-processes")
+    if cpu is not None:
+        settings["limit_cpu"] = parse_seconds(cpu, "--limit-cpu")
+    if write is not None:
+        settings["limit_write"] = parse_size(write, "--limit-write")
+    return settings
+
+
 def default_memory() -> int:
     """3/4 of the host's RAM: generous for any build, and never all of it."""
     try:

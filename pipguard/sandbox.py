@@ -22,7 +22,7 @@ from pipguard.plan import Plan, cleanup, make_plan, precompile_hook
 from pipguard.policy import Policy
 from pipguard.report import Event, LayerStatus, ProcessRecord, Report
 
-__all__ = ["Policy", "Report", "run", "run_sandboxed"]
+__all__ = ["Policy", "Report", "run", "run_async", "run_sandboxed"]
 
 
 def _os_layer_possible() -> "tuple[bool, str]":
@@ -57,6 +57,13 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
     for work the caller needs afterwards, such as imports.
     Raises :class:`~pipguard.errors.PipguardError` for bad input or a missing
     required layer — before anything ran.
+
+    Safe from any thread, any number at once; it waits for, reaps and signals
+    only the processes of this run (their keeper is its own child) and leaves
+    the caller's process attributes as they were. Ctrl-C (KeyboardInterrupt
+    in the thread running it, i.e. the main thread): the sandbox is killed and
+    the report returned with ``error`` "interrupted..." (not re-raised, so
+    the evidence survives; :func:`run_sandboxed` re-raises).
     """
     policy = policy or Policy()
     notify = progress or (lambda message: None)
@@ -188,7 +195,22 @@ def run_sandboxed(argv: Sequence[str], *, allow_network: bool = False,
     policy = Policy.from_mapping(dict(policy_settings, allow_network=allow_network,
                                       allow_subprocess=allow_subprocess, timeout=timeout))
     report = run(argv, policy, cwd=cwd, env=env)
+    if report.error and report.error.startswith("interrupted"):
+        # the sandbox is gone by now; the caller's Ctrl-C must still stop the caller
+        raise KeyboardInterrupt
     return exitcodes.from_wait_status(report.exit_code, report.timed_out)
+
+
+async def run_async(argv: Sequence[str], policy: Optional[Policy] = None, **kwargs) -> Report:
+    """:func:`run` for asyncio: the run happens in a worker thread (runs are
+    independent of each other and of the caller: see docs/sandbox.md, "Python
+    API"), the event loop stays free. Cancelling the awaiting task does not
+    stop the run: it ends as :func:`run` would (use ``policy.timeout``)."""
+    import asyncio
+    import functools
+
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(None, functools.partial(run, argv, policy, **kwargs))
 
 
 __all__ += ["PipguardError"]
