@@ -192,7 +192,11 @@ class Supervisor:
 
     # ----------------------------------------------------------------- events
     def add_event(self, kind: str, action: str, layer: str, pid: int, target: str, rule: str,
-                  detail: Optional[dict] = None, when: Optional[float] = None) -> None:
+                  detail: Optional[dict] = None, when: Optional[float] = None,
+                  always: bool = False) -> None:
+        """Record an event (merged with an identical one). ``always``: past
+        ``max_events`` too — for the few that say how the run ended (a limit,
+        a process left behind), which a flood must not push out."""
         key = (pid, kind, target, action)
         index = self._seen.get(key)
         if index is not None:
@@ -205,7 +209,7 @@ class Supervisor:
                 self.evidence.events[index] = Event(old.seq, old.time, old.kind, old.action,
                                                     old.layer, old.pid, old.target, old.rule, merged)
             return
-        if len(self.evidence.events) >= self.policy.max_events:
+        if len(self.evidence.events) >= self.policy.max_events and not always:
             self.evidence.dropped += 1
             return
         self._seq += 1
@@ -451,8 +455,10 @@ class Supervisor:
             self._last_scan = now
         self._forks_since_scan += 1
         if self._live_at_scan + self._forks_since_scan > self.policy.limit_processes:
+            first = self.evidence.limit_hit is None
+            self.evidence.limit_hit = self.evidence.limit_hit or "processes"
             self.add_event("process", BLOCKED, "supervisor", note.pid, "fork", "limit-processes",
-                           {"limit": self.policy.limit_processes})
+                           {"limit": self.policy.limit_processes}, always=first)
             return errno.EAGAIN
         return 0
 
@@ -927,7 +933,7 @@ class Supervisor:
         def hit(name: str, pid: int, how: str) -> None:
             self.evidence.limit_hit = self.evidence.limit_hit or name
             self.add_event("process", BLOCKED, "supervisor", pid, name, rules[name],
-                           {"limit": detail_of[name], "how": how})
+                           {"limit": detail_of[name], "how": how}, always=True)
 
         if self.evidence.limit_hit == "cpu":
             hit("cpu", self.root_pid, "cgroup cpu.stat passed the limit; the run was killed")
@@ -953,7 +959,8 @@ class Supervisor:
             self.add_event("process", BLOCKED, "supervisor", pid, " ".join(argv)[:200] or f"pid {pid}",
                            "lingering-process",
                            {"argv": argv[:64], "ppid": record.ppid if record else 0, "when": when,
-                            "after_exit": round(when - self._root_ended, 3)}, when=when)
+                            "after_exit": round(when - self._root_ended, 3)}, when=when,
+                           always=len(alive) <= 64)
 
     def _kill_answering(self, sel, listener, fifo) -> None:
         process = self.started.process
