@@ -1,9 +1,9 @@
 """The sandbox's first process: confine itself, then exec the command.
 
-Runs in a child forked by :mod:`pipguard.launcher` from a single-threaded
-pipguard (the index proxy's thread starts only after the fork); every module
-it needs is imported before the fork, so the child imports nothing and takes
-no lock another thread could hold. It always ends in ``execve`` or ``_exit``.
+Runs in a child forked by the run's keeper (:mod:`pipguard._keeper`), itself
+forked from a caller that may have other threads; every module it needs is
+imported before the fork, so the child imports nothing and takes no lock
+another thread could hold. It always ends in ``execve`` or ``_exit``.
 
 Talks to the parent over one unix socket: it writes the applied-layer status
 (one JSON line, with the number of the seccomp listener fd, which the parent
@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 
 from pipguard.errors import PipguardError
 from pipguard.oslayer import OsLayerSpec, apply, caps, landlock, seccomp  # noqa: F401 (imported before fork)
@@ -79,6 +78,8 @@ def confine_and_exec(config: dict) -> None:
     try:
         os.execve(config["executable"], config["argv"], config["env"])
     except OSError as exc:
-        sys.stderr.write(f"pipguard: cannot execute {config['executable']}: {exc.strerror}\n")
+        # os.write, not sys.stderr: another thread of the caller may have held
+        # its lock when we were forked
+        os.write(2, f"pipguard: cannot execute {config['executable']}: {exc.strerror}\n".encode())
         os._exit(126 if exc.errno in (13, 8) else 127)
 

@@ -102,8 +102,10 @@ def _fail(message: str, hint: Optional[str] = None, code: int = exitcodes.ERROR)
 
 
 def _run(isolation, allow_network, allow_hosts, allow_write, allow_read, deny_subprocess,
-         keep_env, no_observe_reads, timeout, report_path, fmt, record_build_dir, command) -> None:
+         keep_env, no_observe_reads, timeout, report_path, fmt, record_build_dir, command,
+         limit_memory=None, limit_processes=None, limit_cpu=None, limit_write=None) -> None:
     """The body of ``pipguard run`` (called by click, or by the fast path)."""
+    from pipguard import limits
     from pipguard.policy import HostPort, Policy
     from pipguard.report import check_writable, write_atomic
     from pipguard.sandbox import run as run_sandbox
@@ -116,6 +118,7 @@ def _run(isolation, allow_network, allow_hosts, allow_write, allow_read, deny_su
         allow_subprocess=not deny_subprocess,
         allow_write=allow_write, allow_read=allow_read, keep_env=keep_env,
         isolation=isolation, timeout=timeout, observe_reads=not no_observe_reads,
+        **limits.policy_settings(limit_memory, limit_processes, limit_cpu, limit_write),
     )
     _sigterm_like_ctrl_c()
     _resume_gc()
@@ -319,16 +322,22 @@ def _click_app():
     @click.option("--format", "fmt", type=_FORMAT, default="table", show_default=True,
                   help="table: summary on stderr; json/sarif: the report on stdout.")
     @click.option("--record-build-dir", is_flag=True, help="Also hash files written in the working directory.")
+    @click.option("--limit-memory", metavar="SIZE", help="Memory of the whole run (e.g. 4G; default: 3/4 of RAM).")
+    @click.option("--limit-processes", metavar="N", help="Live processes at once (default 2048).")
+    @click.option("--limit-cpu", metavar="SECONDS", help="CPU time (default 14400).")
+    @click.option("--limit-write", metavar="SIZE", help="Largest file the run may write (default 16G).")
     @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
     def run(isolation, allow_network, allow_hosts, allow_write, allow_read, deny_subprocess,
-            keep_env, no_observe_reads, timeout, report_path, fmt, record_build_dir, command) -> None:
+            keep_env, no_observe_reads, timeout, report_path, fmt, record_build_dir, command,
+            limit_memory, limit_processes, limit_cpu, limit_write) -> None:
         """Run COMMAND in the sandbox: pipguard run [OPTIONS] -- CMD [ARG...]
 
         Exits with the command's status (128+N if killed by signal N, 124 on
         timeout); 2 if pipguard could not run it. Stdio passes through untouched.
         """
         _run(isolation, allow_network, allow_hosts, allow_write, allow_read, deny_subprocess,
-             keep_env, no_observe_reads, timeout, report_path, fmt, record_build_dir, command)
+             keep_env, no_observe_reads, timeout, report_path, fmt, record_build_dir, command,
+             limit_memory, limit_processes, limit_cpu, limit_write)
 
     def _install_options(f):
         """pipguard's own options of install and sandbox; every other argument is pip's."""
@@ -451,7 +460,9 @@ def __getattr__(name: str) -> Any:
 _RUN_FLAGS = {"--allow-network": "allow_network", "--deny-subprocess": "deny_subprocess",
               "--no-observe-reads": "no_observe_reads", "--record-build-dir": "record_build_dir"}
 _RUN_VALUES = {"--isolation": "isolation", "--timeout": "timeout", "--report": "report_path",
-               "--format": "fmt"}
+               "--format": "fmt", "--limit-memory": "limit_memory",
+               "--limit-processes": "limit_processes", "--limit-cpu": "limit_cpu",
+               "--limit-write": "limit_write"}
 _RUN_MULTIPLE = {"--allow-host": "allow_hosts", "--allow-write": "allow_write",
                  "--allow-read": "allow_read", "--keep-env": "keep_env"}
 
@@ -466,6 +477,7 @@ def _fast_run_params(args: List[str]) -> Optional[Dict[str, Any]]:
         "isolation": "auto", "allow_network": False, "allow_hosts": (), "allow_write": (),
         "allow_read": (), "deny_subprocess": False, "keep_env": (), "no_observe_reads": False,
         "timeout": None, "report_path": None, "fmt": "table", "record_build_dir": False,
+        "limit_memory": None, "limit_processes": None, "limit_cpu": None, "limit_write": None,
     }
     given = set()
     i = 1

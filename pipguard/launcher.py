@@ -1,6 +1,7 @@
-"""Start the sandboxed command: a forked child runs :mod:`pipguard._child`,
-which confines itself and execs the command; we collect its layer status and
-take its seccomp listener fd."""
+"""Start the sandboxed command: a forked keeper (:mod:`pipguard._keeper`)
+forks the sandbox's first process, which runs :mod:`pipguard._child`,
+confines itself and execs the command; we collect its layer status and take
+its seccomp listener fd."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import signal
 import socket
 import sys
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 from pipguard import notify
 from pipguard.errors import KernelError, LayerUnavailable, PipguardError
@@ -18,36 +19,109 @@ from pipguard.plan import Plan
 
 
 class ChildProcess:
-    """The forked sandbox root: the little of ``subprocess.Popen`` we use."""
+    """The sandbox's first process, seen through its keeper (the parent that
+    waits for it, :mod:`pipguard._keeper`). Signals go through a pidfd, the
+    status comes from the keeper: nothing here waits for or signals a process
+    by a pid that could have been reused, or one pipguard did not start."""
 
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
+    def __init__(self, keeper_pid: int, keeper_sock: socket.socket) -> None:
+        self.keeper_pid = keeper_pid
+        self.keeper_sock = keeper_sock
+        self.keeper_pidfd = _pidfd_open(keeper_pid)  # our child, not yet reaped: race free
+        self.pid = 0
+        self.pidfd: Optional[int] = None
         self.returncode: Optional[int] = None
+        self.wait_status: Optional[int] = None
+        #: pid -> raw wait status of every sandbox process the keeper reaped
+        self.reaped: Dict[int, int] = {}
+        self._buf = b""
+        self._released = False
+
+    def receive_root(self) -> None:
+        """The keeper's first line: the first process's pid and a pidfd of it."""
+        message, fds, _flags, _addr = socket.recv_fds(self.keeper_sock, 256, 1)
+        if not message.startswith(b"root "):
+            for fd in fds:
+                os.close(fd)
+            raise PipguardError("the sandbox keeper exited early")
+        self.pid = int(message.split()[1])
+        self.pidfd = fds[0] if fds else None
+
+    def read_reports(self, block: bool) -> bool:
+        """Take in what the keeper sent (``exit PID STATUS`` lines). False at end of file."""
+        self.keeper_sock.setblocking(block)
+        try:
+            data = self.keeper_sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return True
+        except OSError:
+            data = b""
+        finally:
+            self.keeper_sock.setblocking(True)
+        if not data:
+            return False
+        self._buf += data
+        *lines, self._buf = self._buf.split(b"\n")
+        for line in lines:
+            parts = line.split()
+            if len(parts) == 3 and parts[0] == b"exit":
+                pid, status = int(parts[1]), int(parts[2])
+                self.reaped[pid] = status
+                if pid == self.pid:
+                    self.wait_status = status
+                    self.returncode = os.waitstatus_to_exitcode(status)
+        return True
 
     def poll(self) -> Optional[int]:
-        if self.returncode is None:
-            try:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:
-                return self.returncode
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
+        if self.returncode is None and not self._released:
+            self.read_reports(block=False)
         return self.returncode
 
     def wait(self) -> Optional[int]:
-        if self.returncode is None:
-            try:
-                _pid, status = os.waitpid(self.pid, 0)
-                self.returncode = os.waitstatus_to_exitcode(status)
-            except ChildProcessError:
-                pass  # reaped by the supervisor (it is a subreaper and reaps everything)
+        while self.returncode is None and not self._released:
+            if not self.read_reports(block=True):
+                break  # the keeper is gone: the status is lost
         return self.returncode
 
     def kill(self) -> None:
+        if self.pidfd is not None and self.returncode is None:
+            try:
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def release(self) -> None:
+        """Tell the keeper to finish (it kills what is left of the sandbox,
+        reaps it and exits), wait for the keeper itself, close everything.
+        Idempotent."""
+        if self._released:
+            return
+        self._released = True
         try:
-            os.kill(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
+            self.keeper_sock.sendall(b"end\n")
+        except OSError:
             pass
+        while self.read_reports(block=True):
+            pass  # end of file: the keeper has exited
+        self.keeper_sock.close()
+        try:
+            if self.keeper_pidfd is not None:
+                os.waitid(os.P_PIDFD, self.keeper_pidfd, os.WEXITED)
+            else:
+                os.waitpid(self.keeper_pid, 0)
+        except ChildProcessError:
+            pass  # the caller ignores SIGCHLD: the kernel reaped it
+        for fd in (self.pidfd, self.keeper_pidfd):
+            if fd is not None:
+                os.close(fd)
+        self.pidfd = self.keeper_pidfd = None
+
+
+def _pidfd_open(pid: int) -> Optional[int]:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
 
 
 @dataclass
@@ -63,15 +137,23 @@ class Started:
     syscalls: Dict[int, str] = field(default_factory=dict)
 
 
-def start(plan: Plan, meanwhile: Optional[Callable[[], None]] = None) -> Started:
+def start(plan: Plan, meanwhile: Optional[Callable[[], None]] = None,
+          rlimits: Sequence[Tuple[int, int, int]] = (),
+          before_exec: Optional[Callable[[int], None]] = None) -> Started:
     """Launch the child and complete the handshake. Raises LayerUnavailable
     when a required layer is missing; the child is then already gone.
 
     ``meanwhile`` runs right after the fork, while the child confines itself
-    (its status is waited for afterwards); if it raises, the child is killed."""
-    from pipguard import _child  # imported before fork: the child must import nothing
+    (its status is waited for afterwards); if it raises, the child is killed.
+    ``rlimits`` are (resource, soft, hard) set in the first process before it
+    confines itself; ``before_exec(pid)`` runs once it has, before it execs
+    the command (the place to move it into a cgroup). On any error the
+    keeper is released before raising."""
+
+    from pipguard import _keeper  # imported before fork: the keeper must import nothing
 
     parent_sock, child_sock = socket.socketpair()
+    keeper_sock, keeper_end = socket.socketpair()
     config = {
         "control_fd": child_sock.fileno(),
         "cwd": plan.cwd,
@@ -80,22 +162,26 @@ def start(plan: Plan, meanwhile: Optional[Callable[[], None]] = None) -> Started
         "env": plan.env,
         "os_spec": plan.os_spec.to_json() if plan.os_spec else None,
         "os_required": plan.os_required,
+        "rlimits": list(rlimits),
     }
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # fork, not a second interpreter: the child is a copy of this process with
+    # fork, not a second interpreter: the keeper is a copy of this process with
     # every module loaded (about 40 ms less per sandbox start, see
-    # docs/performance.md). pipguard is single-threaded here.
+    # docs/performance.md). Other threads of the caller may run meanwhile:
+    # the keeper and the first process import nothing and take no lock
+    # (pipguard/_keeper.py), and close every descriptor they did not bring.
     pid = os.fork()
-    if pid == 0:  # child: confine and exec, never return
+    if pid == 0:  # the keeper: never returns
         try:
             parent_sock.close()
-            _child.confine_and_exec(config)
+            keeper_sock.close()
+            _keeper.keep(keeper_end.fileno(), child_sock.fileno(), config)
         finally:
             os._exit(127)
     child_sock.close()
-    process = ChildProcess(pid)
+    keeper_end.close()
+    process = ChildProcess(pid, keeper_sock)
     try:
+        process.receive_root()
         if meanwhile is not None:
             try:
                 meanwhile()
@@ -133,10 +219,16 @@ def start(plan: Plan, meanwhile: Optional[Callable[[], None]] = None) -> Started
             process.wait()
             raise LayerUnavailable("index-only network needs the seccomp supervisor, which is unavailable",
                                    hint="use a kernel with seccomp user notification, or --no-index with local files")
+        if before_exec is not None:
+            before_exec(process.pid)
         parent_sock.sendall(b"k")
         syscalls = {int(nr): str(name) for nr, name in (status.get("syscalls") or {}).items()}
         return Started(process, listener, applied, unavailable, int(status.get("landlock_abi", 0)),
                        syscalls)
+    except BaseException:
+        process.kill()
+        process.release()
+        raise
     finally:
         parent_sock.close()
 

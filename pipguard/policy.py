@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Tuple
 
+from pipguard import limits
 from pipguard.errors import PolicyError, UsageError
 
 ISOLATION_LEVELS = ("auto", "audit", "os")
@@ -95,6 +96,12 @@ class Policy:
     - ``writable_cwd``: the working directory is the build dir and writable.
     - ``observe_reads``: ask the supervisor to observe every ``open`` for
       evidence of native reads (costly; Landlock blocks them either way).
+    - Resource limits (:mod:`pipguard.limits` says how each is enforced; the
+      report's ``limits`` what was): ``limit_processes`` live processes at
+      once (default 2048); ``limit_memory`` bytes (None: 3/4 of the host's
+      RAM); ``limit_cpu`` CPU seconds (default 4 hours); ``limit_write``
+      bytes, the largest file the sandbox may write (default 16 GiB).
+      Hitting one ends the run (or that process) with a ``limit-*`` event.
     """
 
     allow_network: bool = False
@@ -108,7 +115,10 @@ class Policy:
     writable_cwd: bool = True
     observe_reads: bool = True
     max_events: int = 10000
-    max_processes: int = 2048
+    limit_processes: int = limits.DEFAULT_PROCESSES
+    limit_memory: Optional[int] = None
+    limit_cpu: float = limits.DEFAULT_CPU_SECONDS
+    limit_write: int = limits.DEFAULT_WRITE_BYTES
 
     def __post_init__(self) -> None:
         if self.isolation not in ISOLATION_LEVELS:
@@ -129,8 +139,17 @@ class Policy:
         for name in self.keep_env:
             if not name or "=" in name:
                 raise PolicyError(f"--keep-env {name!r} is not a variable name")
-        if self.max_events < 1 or self.max_processes < 1:
-            raise PolicyError("max_events and max_processes must be at least 1")
+        if self.max_events < 1:
+            raise PolicyError("max_events must be at least 1")
+        for name in ("limit_processes", "limit_memory", "limit_cpu", "limit_write"):
+            value = getattr(self, name)
+            if value is None and name == "limit_memory":
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 \
+                    or (name != "limit_cpu" and not float(value).is_integer()):
+                raise PolicyError(f"{name} must be a positive {'number' if name == 'limit_cpu' else 'whole number'}, "
+                                  f"got {value!r}")
+            object.__setattr__(self, name, float(value) if name == "limit_cpu" else int(value))
         hosts = tuple(h if isinstance(h, HostPort) else HostPort.parse(str(h)) for h in self.allow_hosts)
         object.__setattr__(self, "allow_hosts", hosts)
         object.__setattr__(self, "allow_write", _absolute_existing(tuple(self.allow_write), "--allow-write"))

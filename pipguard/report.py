@@ -118,6 +118,12 @@ class Report:
     # thread or "python"), sync_wake_up, answered_natively, answered_by_python;
     # empty when no supervisor ran
     supervision: Dict[str, Any] = field(default_factory=dict)
+    #: limit name (memory, processes, cpu, write) -> {"value", "by", "scope"}:
+    #: what was applied and by which mechanism (pipguard.limits); mechanisms
+    #: that could not be used are in isolation.unavailable ("cgroup2"...)
+    limits: Dict[str, Any] = field(default_factory=dict)
+    #: the limit that ended the run or one of its processes, or None
+    limit_hit: Optional[str] = None
 
     @property
     def blocked_events(self) -> Tuple[Event, ...]:

@@ -16,13 +16,13 @@ import time
 from typing import Callable, Mapping, Optional, Sequence
 
 import pipguard
-from pipguard import exitcodes, files
+from pipguard import exitcodes, files, limits
 from pipguard.errors import PipguardError
 from pipguard.plan import Plan, cleanup, make_plan, precompile_hook
 from pipguard.policy import Policy
 from pipguard.report import Event, LayerStatus, ProcessRecord, Report
 
-__all__ = ["Policy", "Report", "run", "run_sandboxed"]
+__all__ = ["Policy", "Report", "run", "run_async", "run_sandboxed"]
 
 
 def _os_layer_possible() -> "tuple[bool, str]":
@@ -57,6 +57,13 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
     for work the caller needs afterwards, such as imports.
     Raises :class:`~pipguard.errors.PipguardError` for bad input or a missing
     required layer — before anything ran.
+
+    Safe from any thread, any number at once; it waits for, reaps and signals
+    only the processes of this run (their keeper is its own child) and leaves
+    the caller's process attributes as they were. Ctrl-C (KeyboardInterrupt
+    in the thread running it, i.e. the main thread): the sandbox is killed and
+    the report returned with ``error`` "interrupted..." (not re-raised, so
+    the evidence survives; :func:`run_sandboxed` re-raises).
     """
     policy = policy or Policy()
     notify = progress or (lambda message: None)
@@ -78,24 +85,35 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
         raise
     started_at = time.time()
     precompile_hook()
+    prepared = None
+    started = None
     try:
         roots = [r for r in plan.write_roots if record_build_dir or r != plan.cwd]
         before = files.snapshot(roots)
         from pipguard import launcher
 
+        memory = policy.limit_memory or limits.default_memory()
+        prepared = limits.prepare(memory, policy.limit_processes, policy.limit_cpu, policy.limit_write)
         notify(f"starting {' '.join(argv)[:80]}")
-        started = launcher.start(plan, meanwhile=lambda: _while_confining(meanwhile))
+        started = launcher.start(plan, meanwhile=lambda: _while_confining(meanwhile),
+                                 rlimits=prepared.rlimits,
+                                 before_exec=prepared.cgroup.add if prepared.cgroup else None)
         from pipguard.supervisor import Supervisor
 
         if proxy is not None:
             proxy.__enter__()
-        supervisor = Supervisor(plan, policy, started)
+        supervisor = Supervisor(plan, policy, started, cgroup=prepared.cgroup)
+        supervisor.memory_limit = memory
         evidence = supervisor.run()
         if proxy is not None:
             _proxy_evidence(proxy, supervisor)
         written = files.changed(before, files.snapshot(roots))
-        return _report(plan, policy, started, evidence, written, started_at)
+        return _report(plan, policy, started, evidence, written, started_at, prepared)
     finally:
+        if started is not None:
+            started.process.release()
+        if prepared is not None and prepared.cgroup is not None:
+            prepared.cgroup.remove()
         if proxy is not None:
             proxy.__exit__(None, None, None)
         cleanup(plan)
@@ -122,11 +140,12 @@ def _proxy_evidence(proxy, supervisor) -> None:
                                 action, pid, "proxy")
 
 
-def _report(plan: Plan, policy: Policy, started, evidence, written, started_at: float) -> Report:
+def _report(plan: Plan, policy: Policy, started, evidence, written, started_at: float,
+            prepared) -> Report:
     applied = ["audit", *started.applied]
     if started.listener is not None:
         applied.append("supervisor")
-    unavailable = {**plan.unavailable, **started.unavailable}
+    unavailable = {**plan.unavailable, **started.unavailable, **prepared.unavailable}
     if policy.isolation != "audit" and started.listener is None and "supervisor" not in unavailable \
             and plan.os_spec is not None:
         unavailable["supervisor"] = "seccomp user notification is unavailable"
@@ -157,6 +176,8 @@ def _report(plan: Plan, policy: Policy, started, evidence, written, started_at: 
         events_dropped=evidence.dropped, policy=policy.to_json(), host=_host_summary(),
         cwd=plan.cwd, started_at=started_at, duration=round(time.time() - started_at, 4),
         error=error, tool_version=pipguard.__version__, supervision=dict(evidence.supervision),
+        limits={name: limit.to_json() for name, limit in prepared.applied.items()},
+        limit_hit=evidence.limit_hit,
     )
 
 
@@ -174,7 +195,22 @@ def run_sandboxed(argv: Sequence[str], *, allow_network: bool = False,
     policy = Policy.from_mapping(dict(policy_settings, allow_network=allow_network,
                                       allow_subprocess=allow_subprocess, timeout=timeout))
     report = run(argv, policy, cwd=cwd, env=env)
+    if report.error and report.error.startswith("interrupted"):
+        # the sandbox is gone by now; the caller's Ctrl-C must still stop the caller
+        raise KeyboardInterrupt
     return exitcodes.from_wait_status(report.exit_code, report.timed_out)
+
+
+async def run_async(argv: Sequence[str], policy: Optional[Policy] = None, **kwargs) -> Report:
+    """:func:`run` for asyncio: the run happens in a worker thread (runs are
+    independent of each other and of the caller: see docs/sandbox.md, "Python
+    API"), the event loop stays free. Cancelling the awaiting task does not
+    stop the run: it ends as :func:`run` would (use ``policy.timeout``)."""
+    import asyncio
+    import functools
+
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(None, functools.partial(run, argv, policy, **kwargs))
 
 
 __all__ += ["PipguardError"]

@@ -16,12 +16,12 @@ import platform
 import selectors
 import signal
 import socket
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
 
 from pipguard import notify
+from pipguard._keeper import process_tree
 from pipguard.launcher import Started
 from pipguard.plan import HOOK_DIR, Plan
 from pipguard.policy import Policy
@@ -30,7 +30,6 @@ from pipguard.report import ALLOWED, BLOCKED, Event, NetworkAttempt, ProcessReco
 _AT_FDCWD = -100
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 _SAFE_WRITE_TARGETS = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty")
-_PR_SET_CHILD_SUBREAPER = 36
 _MSG_FASTOPEN = 0x20000000
 _HANDLED = -1  # a handler already answered the notification itself
 # AUDIT_ARCH_* of this interpreter's native ABI (linux/audit.h); x32 marks its numbers with bit 30.
@@ -42,6 +41,7 @@ _FAIL_CLOSED = frozenset(("connect", "bind", "sendto", "sendmsg", "sendmmsg", "s
                           "open", "openat", "openat2", "creat"))
 _NSCD_SOCKET_TYPE = socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC
 _SCAN_INTERVAL = 0.05
+_CPU_POLL = 0.25  # seconds between reads of the cgroup's CPU time, when a CPU limit is set
 _HOOK_CACHE = os.path.join(HOOK_DIR, "__pycache__") + "/"
 
 # One source of truth for what counts as a credential or startup file: the
@@ -136,12 +136,14 @@ class Evidence:
     timed_out: bool = False
     interrupted: Optional[str] = None
     killed: List[int] = field(default_factory=list)
+    #: the limit that ended the run ("cpu", "memory"...), when one did
+    limit_hit: Optional[str] = None
     # how the notifications were answered (report "supervision"); empty without a listener
     supervision: Dict[str, object] = field(default_factory=dict)
 
 
 class Supervisor:
-    def __init__(self, plan: Plan, policy: Policy, started: Started) -> None:
+    def __init__(self, plan: Plan, policy: Policy, started: Started, cgroup=None) -> None:
         # Names of the notified syscalls come from the child that built the
         # filter; libseccomp is only loaded here as a fallback.
         self._names = dict(started.syscalls) or _syscall_names()
@@ -151,7 +153,10 @@ class Supervisor:
         self.root_pid = started.process.pid
         self.evidence = Evidence()
         self.memory = notify.Memory()
-        self._root_status: Optional[int] = None
+        #: the run's cgroup (pipguard.limits.RunCgroup) or None
+        self.cgroup = cgroup
+        self.memory_limit = policy.limit_memory
+        self._root_ended = 0.0
         self._native_arch: Optional[int] = _NATIVE_ARCH
         self.deny_errno = _deny_errno()
         self._seq = 0
@@ -185,12 +190,16 @@ class Supervisor:
         self._dns: Dict[str, str] = {}  # address -> host name, from lookups seen in the run
         self._fifo_fd: Optional[int] = None
         self.evidence.processes[self.root_pid] = ProcessRecord(
-            self.root_pid, os.getpid(), tuple(plan.argv))
+            self.root_pid, started.process.keeper_pid, tuple(plan.argv))
         self.evidence.process_order.append(self.root_pid)
 
     # ----------------------------------------------------------------- events
     def add_event(self, kind: str, action: str, layer: str, pid: int, target: str, rule: str,
-                  detail: Optional[dict] = None, when: Optional[float] = None) -> None:
+                  detail: Optional[dict] = None, when: Optional[float] = None,
+                  always: bool = False) -> None:
+        """Record an event (merged with an identical one). ``always``: past
+        ``max_events`` too — for the few that say how the run ended (a limit,
+        a process left behind), which a flood must not push out."""
         key = (pid, kind, target, action)
         index = self._seen.get(key)
         if index is not None:
@@ -203,7 +212,7 @@ class Supervisor:
                 self.evidence.events[index] = Event(old.seq, old.time, old.kind, old.action,
                                                     old.layer, old.pid, old.target, old.rule, merged)
             return
-        if len(self.evidence.events) >= self.policy.max_events:
+        if len(self.evidence.events) >= self.policy.max_events and not always:
             self.evidence.dropped += 1
             return
         self._seq += 1
@@ -448,9 +457,11 @@ class Supervisor:
             self._forks_since_scan = 0
             self._last_scan = now
         self._forks_since_scan += 1
-        if self._live_at_scan + self._forks_since_scan > self.policy.max_processes:
-            self.add_event("process", BLOCKED, "supervisor", note.pid, "fork", "process-limit",
-                           {"limit": self.policy.max_processes})
+        if self._live_at_scan + self._forks_since_scan > self.policy.limit_processes:
+            first = self.evidence.limit_hit is None
+            self.evidence.limit_hit = self.evidence.limit_hit or "processes"
+            self.add_event("process", BLOCKED, "supervisor", note.pid, "fork", "limit-processes",
+                           {"limit": self.policy.limit_processes}, always=first)
             return errno.EAGAIN
         return 0
 
@@ -780,47 +791,16 @@ class Supervisor:
 
     # --------------------------------------------------------------- lifetime
     def descendants(self) -> Set[int]:
-        """Every live process of the sandbox: the tree under its first process,
-        orphans re-parented to us (we are a subreaper), and its session."""
-        children: Dict[int, List[int]] = {}
-        sessions: Dict[int, int] = {}
-        me = os.getpid()
-        try:
-            entries = os.listdir("/proc")
-        except OSError:  # no procfs (not Linux): the first process is all we can track
+        """Every live process of the sandbox: the tree under its keeper, the
+        subreaper every orphan of the sandbox comes back to (a setsid daemon
+        too), or the run's cgroup where there is one (cheaper to read)."""
+        if self.cgroup is not None:
+            members = self.cgroup.members()
+            if members is not None:
+                return members
+        if not os.path.isdir("/proc"):  # no procfs (not Linux): the first process is all we can track
             return {self.root_pid} if self.started.process.poll() is None else set()
-        for entry in entries:
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as fh:
-                    data = fh.read()
-            except OSError:
-                continue
-            fields = data[data.rfind(b")") + 2:].split()
-            if fields[0] == b"Z":
-                continue
-            pid, ppid, sid = int(entry), int(fields[1]), int(fields[3])
-            children.setdefault(ppid, []).append(pid)
-            sessions[pid] = sid
-        found: Set[int] = set()
-        todo = [self.root_pid] + [p for p in children.get(me, []) if p != self.root_pid
-                                  and p in self._adopted_candidates(sessions)]
-        todo += [p for p, s in sessions.items() if s == self.root_pid]
-        while todo:
-            pid = todo.pop()
-            if pid in found or pid == me:
-                continue
-            if pid in sessions:
-                found.add(pid)
-            todo.extend(children.get(pid, ()))
-        return found
-
-    def _adopted_candidates(self, sessions: Dict[int, int]) -> Set[int]:
-        # Orphans re-parented to us are in the sandbox's session, or started
-        # a session of their own (setsid), unlike children of our caller.
-        me_sid = os.getsid(0)
-        return {p for p, s in sessions.items() if s != me_sid}
+        return process_tree(self.started.process.keeper_pid)
 
     def _note_before_kill(self, pid: int) -> None:
         """Record a process we never saw exec (a fork of a shell, a daemon
@@ -837,45 +817,13 @@ class Supervisor:
         self.evidence.processes[pid] = ProcessRecord(pid, ppid, argv[:64])
         self.evidence.process_order.append(pid)
 
-    def kill_all(self) -> None:
-        for _ in range(100):
-            alive = self.descendants()
-            if not alive:
-                return
-            for pid in alive:
-                self._note_before_kill(pid)
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    continue
-                if pid != self.root_pid and pid not in self.evidence.killed:
-                    self.evidence.killed.append(pid)
-            self._reap()
-            time.sleep(0.005)
-
-    def _reap(self) -> None:
-        while True:
-            try:
-                pid, _status = os.waitpid(-1, os.WNOHANG | getattr(os, "__WALL", 0x40000000))
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            if pid == self.root_pid:
-                self._root_status = _status
-
     # ------------------------------------------------------------------- loop
     def run(self) -> Evidence:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        if sys.platform == "linux":  # orphans of the sandbox come back to us
-            libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-        self._root_status = None
         fifo = os.open(self.plan.fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         self._fifo_fd = fifo
         keepalive = os.open(self.plan.fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        pidfd = os.pidfd_open(self.root_pid) if hasattr(os, "pidfd_open") else None
+        pidfd = self.started.process.pidfd
+        keeper = self.started.process.keeper_sock.fileno()
         sel = selectors.DefaultSelector()
         sel.register(fifo, selectors.EVENT_READ, "fifo")
         listener = self.started.listener
@@ -890,6 +838,7 @@ class Supervisor:
                 sel.register(listener, selectors.EVENT_READ, "notify")
         if pidfd is not None:
             sel.register(pidfd, selectors.EVENT_READ, "exit")
+        sel.register(keeper, selectors.EVENT_READ, "keeper")
         deadline = None if self.policy.timeout is None else time.monotonic() + self.policy.timeout
         try:
             try:
@@ -907,13 +856,9 @@ class Supervisor:
         finally:
             with _signals_deferred(self._interrupted):
                 self._close(responder, listener, fifo, keepalive, pidfd, sel)
-        status = self.started.process.wait() if self._root_status is None else None
-        if self._root_status is not None:
-            code = os.waitstatus_to_exitcode(self._root_status) if hasattr(
-                os, "waitstatus_to_exitcode") else (self._root_status >> 8)
-        else:
-            code = status
-        self.evidence.exit_code = code
+        self.evidence.exit_code = self.started.process.wait()
+        self.started.process.release()
+        self._limit_events()
         return self.evidence
 
     def _close(self, responder, listener, fifo, keepalive, pidfd, sel) -> None:
@@ -928,8 +873,6 @@ class Supervisor:
         self._drain(fifo)
         os.close(fifo)
         self._fifo_fd = None
-        if pidfd is not None:
-            os.close(pidfd)
         self.memory.close()
         sel.close()
 
@@ -949,10 +892,14 @@ class Supervisor:
             sel.register(listener, selectors.EVENT_READ, "notify")
 
     def _watch(self, sel, listener, fifo, pidfd, deadline) -> None:
-        """Answer and record until the sandbox's first process exits or time is up."""
-        root_done = False
-        while not root_done:
+        """Answer and record until the sandbox's first process exits, time
+        is up or a limit is hit."""
+        process = self.started.process
+        poll_cpu = self.cgroup is not None and self.cgroup.limits_cpu
+        while process.returncode is None:
             wait = 0.2 if pidfd is None else None
+            if poll_cpu:
+                wait = _CPU_POLL if wait is None else min(wait, _CPU_POLL)
             if deadline is not None:
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -970,17 +917,75 @@ class Supervisor:
                         sel.unregister(listener)
                 elif key.data == "forwarded" and listener is not None:
                     self._serve_forwarded(key.fd, sel, listener)
+                elif key.data == "keeper":
+                    if not process.read_reports(block=False):
+                        sel.unregister(key.fd)  # the keeper is gone: nothing left to wait for
+                        return
                 elif key.data == "exit":
-                    root_done = True
-            if pidfd is None and self.started.process.poll() is not None:
-                root_done = True
+                    # exited; its status follows from the keeper, which reaps it
+                    sel.unregister(key.fd)
+                    pidfd = None
+            if poll_cpu and self.cgroup.cpu_exceeded():
+                self.evidence.limit_hit = "cpu"
+                return
+
+    def _limit_events(self) -> None:
+        """What hit a limit, from the cgroup's counters and how processes died."""
+        from pipguard.limits import RLIMIT_SIGNALS
+
+        detail_of = {"memory": self.memory_limit, "processes": self.policy.limit_processes,
+                     "cpu": self.policy.limit_cpu, "write": self.policy.limit_write}
+        rules = {"memory": "limit-memory", "processes": "limit-processes", "cpu": "limit-cpu",
+                 "write": "limit-disk"}
+
+        def hit(name: str, pid: int, how: str) -> None:
+            self.evidence.limit_hit = self.evidence.limit_hit or name
+            self.add_event("process", BLOCKED, "supervisor", pid, name, rules[name],
+                           {"limit": detail_of[name], "how": how}, always=True)
+
+        if self.evidence.limit_hit == "cpu":
+            hit("cpu", self.root_pid, "cgroup cpu.stat passed the limit; the run was killed")
+        if self.cgroup is not None:
+            if self.cgroup.memory_events():
+                hit("memory", self.root_pid, "the kernel's OOM killer ended a process of the run")
+            if self.cgroup.pids_events():
+                hit("processes", self.root_pid, "forks failed: the run had pids.max tasks")
+        for pid, status in sorted(self.started.process.reaped.items()):
+            if os.WIFSIGNALED(status) and os.WTERMSIG(status) in RLIMIT_SIGNALS:
+                name = RLIMIT_SIGNALS[os.WTERMSIG(status)]
+                hit(name, pid, f"killed by {signal.Signals(os.WTERMSIG(status)).name}")
+
+    def _lingering(self, alive: Set[int]) -> None:
+        """Processes still alive when the first one ended by itself: a build
+        has no business leaving anything behind (a daemon that waits to act
+        later). Recorded as findings, then killed with the rest."""
+        when = time.time()
+        for pid in sorted(alive):
+            self._note_before_kill(pid)
+            record = self.evidence.processes.get(pid)
+            argv = list(record.argv) if record else []
+            self.add_event("process", BLOCKED, "supervisor", pid, " ".join(argv)[:200] or f"pid {pid}",
+                           "lingering-process",
+                           {"argv": argv[:64], "ppid": record.ppid if record else 0, "when": when,
+                            "after_exit": round(when - self._root_ended, 3)}, when=when,
+                           always=len(alive) <= 64)
 
     def _kill_answering(self, sel, listener, fifo) -> None:
-        for _ in range(200):
-            alive = self.descendants()
+        process = self.started.process
+        self._root_ended = time.time()
+        ended_itself = not (self.evidence.timed_out or self.evidence.interrupted
+                            or self.evidence.limit_hit)
+        for attempt in range(200):
+            alive = self.descendants() - {self.root_pid} if ended_itself else self.descendants()
             if not alive:
                 break
-            if self.evidence.timed_out or self.evidence.interrupted or alive - {self.root_pid}:
+            if attempt == 0 and ended_itself:
+                self._lingering(alive)
+            for pid in alive:
+                self._note_before_kill(pid)
+            if self.cgroup is not None and self.cgroup.kill():
+                pass  # one write kills every member at once: no pid can be reused under us
+            else:
                 # Freeze first, then kill: a parent must not get to run (and
                 # act on a child's death) between two SIGKILLs.
                 for pid in alive:
@@ -989,13 +994,15 @@ class Supervisor:
                     except ProcessLookupError:
                         pass
                 for pid in alive:
-                    self._note_before_kill(pid)
                     try:
                         os.kill(pid, signal.SIGKILL)
                     except ProcessLookupError:
                         continue
-                    if pid != self.root_pid and pid not in self.evidence.killed:
-                        self.evidence.killed.append(pid)
+            if not ended_itself:
+                process.kill()
+            for pid in alive:
+                if pid != self.root_pid and pid not in self.evidence.killed:
+                    self.evidence.killed.append(pid)
             for key, _mask in sel.select(0.01):
                 if key.data == "notify":
                     try:
@@ -1006,8 +1013,9 @@ class Supervisor:
                     self._serve_forwarded(key.fd, sel, listener)
                 elif key.data == "fifo":
                     self._read_fifo(fifo)
-            self._reap()
-        self._reap()
+                elif key.data == "keeper":
+                    if not process.read_reports(block=False):
+                        sel.unregister(key.fd)
 
     def _drain(self, fifo: int) -> None:
         while True:

@@ -318,8 +318,8 @@ def test_zz_fork_bomb_is_bounded(work, fake_home):
     elapsed = time.monotonic() - started
     report = r.report
     assert report["timed_out"] is True and r.returncode == 124
-    limit = report["policy"]["max_processes"]
-    assert r.blocked(kind="process", rule="process-limit"), report["events"][:5]
+    limit = report["policy"]["limit_processes"]
+    assert r.blocked(kind="process", rule="limit-processes"), report["events"][:5]
     assert len(report["events"]) <= report["policy"]["max_events"]
     assert len(report["processes"]) <= report["policy"]["max_events"] + limit
     print({"events": len(report["events"]), "dropped": report["events_dropped"],

@@ -1,0 +1,172 @@
+"""The keeper: one small process per run between the caller and the sandbox.
+
+Why it exists (docs/sandbox.md, "Python API"): only a process's parent can
+wait for it, and only a child subreaper gets the orphans of its subtree. If
+the caller itself were both, it would have to ``waitpid(-1)`` — taking the
+statuses of children that are not ours (pip, when ``pipguard install`` calls
+us while its pip child waits) — and stay a subreaper for life. The keeper is
+the sandbox's parent and subreaper instead, so the caller keeps its own
+children, statuses and process attributes, and any number of runs can go on
+at once from threads (each has its own keeper).
+
+The keeper is forked from the caller (no second interpreter: it costs a fork,
+not ~40 ms of start-up). It imports nothing after the fork and takes no lock
+another thread of the caller could hold: it only makes syscalls and writes
+with ``os.write``. Its life:
+
+  1. close every descriptor but stdio and its two sockets; block the
+     terminal's signals (Ctrl-C is the caller's to handle; the sandbox gets
+     the caller's signal mask back before it execs)
+  2. become a child subreaper, fork the sandbox's first process (which runs
+     :func:`pipguard._child.confine_and_exec`), send its pid and a pidfd of it
+     to the caller (the pidfd is opened before anyone could reap the pid: race
+     free) and close its copy of the sandbox's control socket
+  3. reap every process of the sandbox as it ends; send the first process's
+     wait status when it is reaped
+  4. when the caller says "end" or goes away (end of file on the socket, even
+     if the caller was SIGKILLed): kill whatever is left, reap it, exit.
+
+Protocol on the caller's socket, one ASCII line each way:
+``root PID`` (with the pidfd as SCM_RIGHTS), ``exit PID STATUS`` (raw wait
+status); from the caller only ``end`` or end of file.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import resource
+import select
+import signal
+import socket
+from typing import Dict, List, Set
+
+from pipguard import _child
+
+_PR_SET_CHILD_SUBREAPER = 36
+_libc = ctypes.CDLL(None, use_errno=True)  # loaded before any fork
+#: Signals a terminal or a job control shell sends to a whole process group.
+TERMINAL_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
+                    signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU}
+
+
+def process_tree(root: int) -> Set[int]:
+    """The live (not zombie) processes below ``root``, from /proc: children,
+    their children, and so on. ``root`` itself is not included."""
+    children: Dict[int, List[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return set()
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                data = fh.read()
+        except OSError:
+            continue
+        fields = data[data.rfind(b")") + 2:].split()
+        if fields[0] == b"Z":
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    found: Set[int] = set()
+    todo = list(children.get(root, ()))
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo.extend(children.get(pid, ()))
+    return found
+
+
+def _send(fd: int, text: str) -> None:
+    data = text.encode() + b"\n"
+    while data:
+        try:
+            data = data[os.write(fd, data):]
+        except BrokenPipeError:
+            return  # the caller is gone; step 4 follows
+
+
+def keep(caller_fd: int, control_fd: int, config: dict) -> None:
+    """The keeper's whole life (never returns: it ends in ``os._exit``)."""
+    keep_fds = sorted({0, 1, 2, caller_fd, control_fd})
+    low = 3
+    for fd in keep_fds:  # step 1
+        if fd >= low:
+            os.closerange(low, fd)
+            low = fd + 1
+    os.closerange(low, 65536)
+    caller_mask = signal.pthread_sigmask(signal.SIG_BLOCK, TERMINAL_SIGNALS | {signal.SIGCHLD})
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    # A handler that does nothing: SIGCHLD only has to wake the select below
+    # (set before the fork, or a quick first process could be missed).
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    signal.set_wakeup_fd(wake_w)
+    _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # step 2
+
+    root = os.fork()
+    if root == 0:
+        try:
+            os.close(caller_fd)
+            os.close(wake_r)
+            os.close(wake_w)
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_SETMASK, caller_mask)
+            for resource_id, soft, hard in config.get("rlimits", ()):
+                resource.setrlimit(resource_id, (soft, hard))  # inherited by the whole tree
+            _child.confine_and_exec(config)
+        finally:
+            os._exit(127)
+    os.close(control_fd)
+    try:
+        pidfd = os.pidfd_open(root)
+    except (AttributeError, OSError):
+        pidfd = None
+    caller = socket.socket(fileno=caller_fd)  # kept (and the fd open) until _exit
+    try:
+        socket.send_fds(caller, [f"root {root}\n".encode()], [pidfd] if pidfd is not None else [])
+    except OSError:
+        pass
+    if pidfd is not None:
+        os.close(pidfd)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+
+    ending = False  # steps 3 and 4
+    while True:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG | 0x40000000)  # __WALL
+            except ChildProcessError:
+                pid = 0
+            if pid == 0:
+                break
+            if pid == root:
+                _send(caller_fd, f"exit {root} {status}")
+        if ending:
+            left = process_tree(os.getpid())
+            if not left:
+                os._exit(0)
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        try:
+            ready, _, _ = select.select([caller_fd, wake_r], [], [], 0.05 if ending else None)
+        except InterruptedError:
+            continue
+        if wake_r in ready:
+            try:
+                os.read(wake_r, 4096)
+            except BlockingIOError:
+                pass
+        if caller_fd in ready and not ending:
+            try:
+                data = os.read(caller_fd, 64)
+            except OSError:
+                data = b""
+            if not data or b"end" in data:
+                ending = True

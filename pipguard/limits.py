@@ -1,0 +1,374 @@
+"""Resource limits of one run: memory, processes, CPU time, bytes written.
+
+Where pipguard can make a cgroup for the run, the limits hold for the run as a
+whole (all its processes together) and the kernel enforces them:
+
+- cgroup v2 (the unified hierarchy): a directory below pipguard's own cgroup.
+  ``memory.max`` and ``pids.max`` only where the parent already delegates those
+  controllers (its ``cgroup.subtree_control``): pipguard never changes a
+  cgroup above its own run's. CPU time is read from ``cpu.stat`` (always
+  there) and the run is killed when it passes the limit. ``cgroup.kill`` ends
+  the run at once, and ``cgroup.procs`` is its exact membership.
+- cgroup v1 (hybrid hosts like this project's development VM, where the
+  memory and pids controllers are bound to v1): a directory below pipguard's
+  own ``memory`` / ``pids`` cgroup, with ``memory.limit_in_bytes`` and
+  ``pids.max``.
+
+Otherwise rlimits, set in the sandbox's first process and inherited by every
+process it starts, hold for each process separately: ``RLIMIT_AS`` (memory),
+``RLIMIT_CPU`` (CPU seconds). The process count is then the supervisor's
+(forks are notified and refused past the limit). Bytes written are always
+``RLIMIT_FSIZE``: no single file may grow past the limit (``SIGXFSZ``), in any
+mode. The report's ``limits`` says, for each, the value, what enforced it and
+its scope.
+
+The parsers (:func:`parse_size`, :func:`parse_count`, :func:`parse_seconds`)
+are the ones every CLI flag uses (``--limit-memory 4G`` ...).
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+import re
+import resource
+import signal
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Set, Tuple
+
+from pipguard.errors import UsageError
+
+#: Defaults (docs/sandbox.md, "Resource limits", measured on real builds).
+DEFAULT_PROCESSES = 2048
+DEFAULT_CPU_SECONDS = 4 * 3600.0
+DEFAULT_WRITE_BYTES = 16 << 30
+#: memory: this share of the host's RAM (resolved when the run starts)
+DEFAULT_MEMORY_SHARE = 0.75
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_counter = itertools.count(1)
+
+
+def parse_size(text: str, flag: str = "size") -> int:
+    """``4G``, ``512M``, ``100k``, ``1048576``: bytes (binary units; a
+    trailing ``B``/``iB`` is accepted). Raises UsageError."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*", str(text))
+    if not match or float(match.group(1)) <= 0:
+        raise UsageError(f"{flag} {text!r}: expected a size such as 512M or 4G")
+    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+
+
+def parse_count(text: str, flag: str = "count") -> int:
+    """A positive whole number. Raises UsageError."""
+    if not str(text).strip().isdigit() or int(text) < 1:
+        raise UsageError(f"{flag} {text!r}: expected a positive whole number")
+    return int(text)
+
+
+def parse_seconds(text: str, flag: str = "seconds") -> float:
+    """A positive number of seconds. Raises UsageError."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise UsageError(f"{flag} {text!r}: expected a positive number of seconds")
+    return value
+
+
+#: CLI flag -> Policy field (the same flags on run, install and sandbox)
+FLAGS = {"--limit-memory": "limit_memory", "--limit-processes": "limit_processes",
+         "--limit-cpu": "limit_cpu", "--limit-write": "limit_write"}
+
+
+def policy_settings(memory: Optional[str] = None, processes: Optional[str] = None,
+                    cpu: Optional[str] = None, write: Optional[str] = None) -> Dict[str, float]:
+    """The Policy settings for the ``--limit-*`` flags that were given (as
+    typed: ``"4G"``, ``"500"``...): ``Policy(**policy_settings(...))``.
+    None means the flag was not given (the Policy default holds)."""
+    settings: Dict[str, float] = {}
+    if memory is not None:
+        settings["limit_memory"] = parse_size(memory, "--limit-memory")
+    if processes is not None:
+        settings["limit_processes"] = parse_count(processes, "--limit-processes")
+    if cpu is not None:
+        settings["limit_cpu"] = parse_seconds(cpu, "--limit-cpu")
+    if write is not None:
+        settings["limit_write"] = parse_size(write, "--limit-write")
+    return settings
+
+
+def default_memory() -> int:
+    """3/4 of the host's RAM: generous for any build, and never all of it."""
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") * DEFAULT_MEMORY_SHARE)
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
+@dataclass(frozen=True)
+class AppliedLimit:
+    """One limit as it was applied: ``by`` is ``cgroup2``, ``cgroup1``,
+    ``rlimit`` or ``supervisor``; ``scope`` is ``run`` (all processes
+    together), ``process`` (each one) or ``file`` (each file)."""
+
+    value: float
+    by: str
+    scope: str
+
+    def to_json(self) -> dict:
+        return {"value": self.value, "by": self.by, "scope": self.scope}
+
+
+def _mounts() -> Tuple[Optional[str], Dict[str, str]]:
+    """The cgroup2 mount point, and controller -> cgroup v1 mount point."""
+    v2, v1 = None, {}
+    try:
+        with open("/proc/self/mountinfo") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return None, {}
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        fields, extra = left.split(), right.split()
+        if len(fields) < 5 or len(extra) < 3:
+            continue
+        if extra[0] == "cgroup2" and v2 is None:
+            v2 = fields[4]
+        elif extra[0] == "cgroup":
+            for option in extra[2].split(","):
+                v1.setdefault(option, fields[4])
+    return v2, v1
+
+
+def _own_cgroups() -> Dict[str, str]:
+    """controller ("" for v2) -> pipguard's own cgroup path."""
+    own = {}
+    try:
+        with open("/proc/self/cgroup") as fh:
+            for line in fh:
+                _id, controllers, path = line.rstrip("\n").split(":", 2)
+                for name in controllers.split(",") if controllers else [""]:
+                    own[name] = path
+    except (OSError, ValueError):
+        pass
+    return own
+
+
+def _write(path: str, value: str) -> None:
+    with open(path, "w") as fh:
+        fh.write(value)
+
+
+def _read(path: str) -> str:
+    with open(path) as fh:
+        return fh.read()
+
+
+def _counter_in(path: str, key: str) -> int:
+    try:
+        for line in _read(path).splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+class RunCgroup:
+    """The cgroups of one run (a v2 directory, v1 memory/pids directories):
+    made before the run, the first process moved in before it execs, removed
+    after. Which limits each enforces is in ``applied``."""
+
+    def __init__(self) -> None:
+        self.v2: Optional[str] = None
+        self.v1: Dict[str, str] = {}  # controller -> directory
+        self.limits_cpu: Optional[float] = None
+        self.unavailable: Dict[str, str] = {}
+        self._oom_before = 0
+
+    # ---------------------------------------------------------- membership
+    def dirs(self) -> List[str]:
+        return ([self.v2] if self.v2 else []) + list(self.v1.values())
+
+    def add(self, pid: int) -> None:
+        for directory in self.dirs():
+            _write(os.path.join(directory, "cgroup.procs"), str(pid))
+
+    def members(self) -> Optional[Set[int]]:
+        """Live members (None: no readable membership)."""
+        for directory in self.dirs():
+            try:
+                pids = {int(p) for p in _read(os.path.join(directory, "cgroup.procs")).split()}
+            except (OSError, ValueError):
+                continue
+            return {p for p in pids if not _zombie(p)}
+        return None
+
+    def kill(self) -> bool:
+        """Kill every member at once (cgroup v2 ``cgroup.kill``, Linux 5.14)."""
+        if self.v2 is None:
+            return False
+        try:
+            _write(os.path.join(self.v2, "cgroup.kill"), "1")
+            return True
+        except OSError:
+            return False
+
+    # ------------------------------------------------------------ counters
+    def cpu_seconds(self) -> float:
+        if self.v2 is None:
+            return 0.0
+        return _counter_in(os.path.join(self.v2, "cpu.stat"), "usage_usec") / 1e6
+
+    def cpu_exceeded(self) -> bool:
+        return self.limits_cpu is not None and self.cpu_seconds() > self.limits_cpu
+
+    def memory_events(self) -> int:
+        """OOM kills inside the run so far."""
+        if self.v2 and "memory" in self.applied_controllers:
+            return _counter_in(os.path.join(self.v2, "memory.events"), "oom_kill")
+        if "memory" in self.v1:
+            return _counter_in(os.path.join(self.v1["memory"], "memory.oom_control"), "oom_kill")
+        return 0
+
+    def pids_events(self) -> int:
+        """Forks refused because the run had ``pids.max`` tasks."""
+        if self.v2 and "pids" in self.applied_controllers:
+            return _counter_in(os.path.join(self.v2, "pids.events"), "max")
+        if "pids" in self.v1:
+            return _counter_in(os.path.join(self.v1["pids"], "pids.events"), "max")
+        return 0
+
+    applied_controllers: Tuple[str, ...] = ()
+
+    def remove(self) -> None:
+        for directory in self.dirs():
+            for _ in range(50):
+                try:
+                    os.rmdir(directory)
+                    break
+                except OSError as exc:
+                    if exc.errno != errno.EBUSY:
+                        break
+                    import time
+
+                    time.sleep(0.01)  # the last member is being released
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return True
+    return data[data.rfind(b")") + 2:data.rfind(b")") + 3] == b"Z"
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """How one run's limits will be enforced."""
+
+    cgroup: Optional[RunCgroup]
+    rlimits: Tuple[Tuple[int, int, int], ...]
+    applied: Dict[str, AppliedLimit]
+    #: limit or mechanism -> why it could not be used (recorded in the report)
+    unavailable: Dict[str, str]
+
+
+def _clamped(resource_id: int, value: int, slack: int = 0) -> Tuple[int, int, int]:
+    """(resource, soft, hard) no higher than the current hard limit: an
+    unprivileged pipguard cannot raise it, and must not fail because of it.
+    ``slack``: hard = soft + slack (RLIMIT_CPU: SIGXCPU at the soft limit,
+    which names the cause; SIGKILL only at the hard one)."""
+    _soft, hard = resource.getrlimit(resource_id)
+    top = value + slack
+    if hard != resource.RLIM_INFINITY:
+        value, top = min(value, hard), min(top, hard)
+    return (resource_id, value, top)
+
+
+def prepare(memory: int, processes: int, cpu: float, write: int) -> Prepared:
+    """Make the run's cgroup(s) where possible, and the rlimits for the rest."""
+    applied: Dict[str, AppliedLimit] = {}
+    unavailable: Dict[str, str] = {}
+    rlimits: List[Tuple[int, int, int]] = []
+    cgroup = RunCgroup()
+    name = f"pipguard-{os.getpid()}-{next(_counter)}"
+    v2_mount, v1_mounts = _mounts()
+    own = _own_cgroups()
+    enforced = set()
+    if v2_mount and "" in own:
+        parent = os.path.join(v2_mount, own[""].lstrip("/"))
+        try:
+            delegated = _read(os.path.join(parent, "cgroup.subtree_control")).split()
+            directory = os.path.join(parent, name)
+            os.mkdir(directory, 0o755)
+            cgroup.v2 = directory
+            wanted = {"memory": ("memory.max", str(memory)), "pids": ("pids.max", str(processes))}
+            done = []
+            for controller, (knob, value) in wanted.items():
+                if controller in delegated:
+                    _write(os.path.join(directory, knob), value)
+                    if controller == "memory" and os.path.exists(os.path.join(directory, "memory.swap.max")):
+                        _write(os.path.join(directory, "memory.swap.max"), "0")
+                    done.append(controller)
+            cgroup.applied_controllers = tuple(done)
+            enforced.update(done)
+            cgroup.limits_cpu = cpu
+            applied["cpu"] = AppliedLimit(cpu, "cgroup2", "run")
+            enforced.add("cpu")
+        except OSError as exc:
+            unavailable["cgroup2"] = f"cannot make a cgroup below {parent}: {exc.strerror or exc}"
+            if cgroup.v2:
+                os.rmdir(cgroup.v2)
+                cgroup.v2 = None
+    else:
+        unavailable["cgroup2"] = "no cgroup2 hierarchy mounted"
+    for controller, knob, value in (("memory", "memory.limit_in_bytes", memory),
+                                    ("pids", "pids.max", processes)):
+        if controller in enforced or controller not in v1_mounts or controller not in own:
+            continue
+        parent = os.path.join(v1_mounts[controller], own[controller].lstrip("/"))
+        directory = os.path.join(parent, name)
+        try:
+            os.mkdir(directory, 0o755)
+            cgroup.v1[controller] = directory
+            _write(os.path.join(directory, knob), str(value))
+            enforced.add(controller)
+        except OSError as exc:
+            unavailable[f"cgroup1.{controller}"] = f"cannot use {parent}: {exc.strerror or exc}"
+            if controller in cgroup.v1:
+                with _quiet():
+                    os.rmdir(cgroup.v1.pop(controller))
+    for controller in ("memory", "pids"):
+        if controller in enforced:
+            by = "cgroup2" if controller in cgroup.applied_controllers else "cgroup1"
+            applied["memory" if controller == "memory" else "processes"] = AppliedLimit(
+                memory if controller == "memory" else processes, by, "run")
+    if "memory" not in enforced:
+        rlimits.append(_clamped(resource.RLIMIT_AS, memory))
+        applied["memory"] = AppliedLimit(rlimits[-1][1], "rlimit", "process")
+    if "pids" not in enforced:
+        applied["processes"] = AppliedLimit(processes, "supervisor", "run")
+    if "cpu" not in enforced:
+        seconds = int(max(1, round(cpu)))
+        rlimits.append(_clamped(resource.RLIMIT_CPU, seconds, slack=2))
+        applied["cpu"] = AppliedLimit(rlimits[-1][1], "rlimit", "process")
+    rlimits.append(_clamped(resource.RLIMIT_FSIZE, write))
+    applied["write"] = AppliedLimit(rlimits[-1][1], "rlimit", "file")
+    return Prepared(cgroup if cgroup.dirs() else None, tuple(rlimits), applied, unavailable)
+
+
+class _quiet:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return exc[0] is not None and issubclass(exc[0], OSError)
+
+
+#: signal that ends a process over an rlimit -> limit name
+RLIMIT_SIGNALS = {signal.SIGXCPU: "cpu", signal.SIGXFSZ: "write"}
