@@ -169,6 +169,7 @@ def _quiet_level(pip_args: Sequence[str]) -> int:
 def _install(sandbox_only: bool, kw: dict) -> None:
     import click
 
+    from pipguard import limits
     from pipguard.install import Installer, InstallOptions
     from pipguard.policy import HostPort
     from pipguard.report import check_writable, write_atomic
@@ -189,6 +190,8 @@ def _install(sandbox_only: bool, kw: dict) -> None:
         observe_reads=not kw["no_observe_reads"],
         allow_read=_existing(kw["allow_read"], "--allow-read"),
         allow_write=_existing(kw["allow_write"], "--allow-write"),
+        limits=tuple(sorted(limits.policy_settings(kw["limit_memory"], kw["limit_processes"],
+                                                   kw["limit_cpu"], kw["limit_write"]).items())),
     )
     quiet = _quiet_level(pip_args)
     # One plain line per hook call and package, on a terminal and in CI logs alike.
@@ -356,6 +359,11 @@ def _click_app():
                          help="Extra writable root for every hook call (repeatable)."),
             click.option("--build-timeout", type=float, callback=_positive_float, metavar="SECONDS",
                          help="Time limit for each sandboxed hook call."),
+            click.option("--limit-memory", metavar="SIZE",
+                         help="Memory of each hook call (e.g. 4G; default: 3/4 of RAM)."),
+            click.option("--limit-processes", metavar="N", help="Live processes of each hook call (default 2048)."),
+            click.option("--limit-cpu", metavar="SECONDS", help="CPU time of each hook call (default 14400)."),
+            click.option("--limit-write", metavar="SIZE", help="Largest file a hook call may write (default 16G)."),
             click.option("--keep-env", multiple=True, metavar="NAME",
                          help="Pass this environment variable into hook calls (repeatable)."),
             click.option("--no-observe-reads", is_flag=True,

@@ -194,8 +194,10 @@ def _load_toml(path: str) -> dict:
 
 def sandbox_policy(call: HookCall, *, isolation: str, build_hosts: Sequence[HostPort],
                    timeout: Optional[float], keep_env: Sequence[str], observe_reads: bool,
-                   extra_read: Sequence[str] = (), extra_write: Sequence[str] = ()) -> Policy:
+                   extra_read: Sequence[str] = (), extra_write: Sequence[str] = (),
+                   limits: Optional[Dict[str, float]] = None) -> Policy:
     return Policy(
+        **(limits or {}),
         isolation=isolation, allow_hosts=tuple(build_hosts),
         allow_read=tuple(dict.fromkeys([*call.reads, *extra_read])),
         allow_write=tuple(dict.fromkeys([*call.writes, *extra_write])),

@@ -74,6 +74,8 @@ class InstallOptions:
     observe_reads: bool = True
     allow_read: Tuple[str, ...] = ()
     allow_write: Tuple[str, ...] = ()
+    #: resource limits of each hook call, as Policy settings (``limit_memory``...); empty: defaults
+    limits: Tuple[Tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -308,7 +310,7 @@ class Installer:
             call, isolation=self.options.isolation, build_hosts=self.options.build_hosts,
             timeout=self.options.build_timeout, keep_env=self.options.keep_env,
             observe_reads=self.options.observe_reads, extra_read=self.options.allow_read,
-            extra_write=self.options.allow_write)
+            extra_write=self.options.allow_write, limits=dict(self.options.limits))
         with _stdio(fds):
             report = run(list(call.argv), policy, cwd=call.cwd, env=call.env)
         if report.error and report.error.startswith("interrupted"):
