@@ -193,7 +193,12 @@ def toolchain_roots(path_var: Optional[str], homes: Sequence[str]) -> Tuple[str,
             root = os.path.normpath(os.path.join(real, rel))
             if not os.path.isdir(root) or any(root == h or h.startswith(root + "/") for h in homes):
                 continue
-            if rules.in_homes(root, homes, rules.CREDENTIAL_PATHS + rules.PERSISTENCE_PATHS):
+            # not at, below or above a credential or startup entry: Landlock cannot
+            # subtract it from the grant (~/.config would bring ~/.config/gh)
+            home_of_root = next(h for h in homes if root.startswith(h.rstrip("/") + "/"))
+            sensitive = [home_of_root.rstrip("/") + "/" + n
+                         for n in rules.CREDENTIAL_PATHS + rules.PERSISTENCE_PATHS]
+            if any(root == p or root.startswith(p + "/") or p.startswith(root + "/") for p in sensitive):
                 continue
             found.append(root)
     return tuple(dict.fromkeys(found))
@@ -302,6 +307,11 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
         PYTHONPATH=HOOK_DIR + (":" + user_pythonpath if user_pythonpath else ""),
     )
     kept.setdefault("PATH", os.defpath)
+    # rustup's proxies (~/.cargo/bin/cargo) find their toolchains in $RUSTUP_HOME,
+    # by default in $HOME, which is now the decoy: point them at the real one.
+    rustup = next((r for r in toolchains if r.endswith("/.rustup")), None)
+    if rustup and "RUSTUP_HOME" not in kept:
+        kept["RUSTUP_HOME"] = rustup
     if policy.allow_network:
         network = "all"
     elif policy.allow_hosts:
