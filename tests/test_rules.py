@@ -309,3 +309,31 @@ def test_toolchain_roots_grant_path_dirs_in_a_home_but_never_credentials(tmp_pat
     h = str(home)
     assert got == (f"{h}/.cargo/bin", f"{h}/.rustup", f"{h}/.pyenv", f"{h}/.local/bin", f"{h}/bin",
                    f"{h}/.nvm/versions/node/v20/bin", f"{h}/.nvm/versions/node/v20/lib"), got
+
+
+@requires("landlock", abi=6)
+@requires("seccomp_user_notif")
+@pytest.mark.parametrize("isolation", ["audit", "os"])
+def test_meson_style_netrc_lookup_passes_while_a_key_read_refuses(isolation, tmp_path, fake_home):
+    """meson's download code calls ``netrc.netrc()`` (it reads ``~/.netrc``) and goes on without
+    one. In the decoy home that lookup finds nothing: a clean run with one informational
+    event. The same build reading ``~/.ssh/id_rsa`` is refused and blocked."""
+    work = tmp_path / "work"
+    work.mkdir()
+    lookup = ("import netrc\ntry:\n    netrc.netrc()\nexcept FileNotFoundError:\n"
+              "    print('no netrc')\n")
+    steal = lookup + "import os\nopen(os.path.expanduser('~/.ssh/id_rsa')).read()\n"
+    for code, verdict in ((lookup, "clean"), (steal, "blocked")):
+        (work / "build.py").write_text(code)
+        r = pipguard(["run", "--isolation", isolation, "--", sys.executable, "build.py"], cwd=work,
+                     env=fake_home.env())
+        assert "no netrc" in r.stdout, r.stderr
+        assert r.report["verdict"] == verdict, r.report["events"]
+        info = [e for e in r.report["events"] if e["rule"] == "config-lookup"]
+        assert info and all(e["severity"] == "info" and e["target"].endswith("/.netrc")
+                            and not e["target"].startswith(str(fake_home.path)) for e in info), info
+        if verdict == "blocked":
+            assert r.returncode != 0 and "PermissionError" in r.stderr
+            assert [e["rule"] for e in r.report["events"] if e["severity"] == "finding"] == ["secret-read"]
+        else:
+            assert r.returncode == 0, r.stderr
