@@ -16,7 +16,7 @@ Standard library only, importable on Python 3.9+, no side effects.
 """
 
 from dataclasses import dataclass
-from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 BLOCKED, ALLOWED = "blocked", "allowed"
 FINDING, INFO = "finding", "info"
@@ -188,7 +188,7 @@ def write_rule(path: str, grants: Grants, inside: Callable[[int], bool]) -> Opti
     return "write-outside-roots"
 
 
-def hook_table() -> Dict[str, List[str]]:
+def hook_table() -> Dict[str, Any]:
     """The table as the audit hook receives it (JSON in ``PIPGUARD_HOOK``)."""
     return {
         "credentials": list(CREDENTIAL_PATHS), "config": list(CONFIG_LOOKUPS),
