@@ -15,6 +15,9 @@
  *    base's kernel name, realpath of the parent, a final component that is
  *    not a symlink), if the result is under an allowed root and not under a
  *    never-fast prefix (the decoy HOME, /proc/, /etc/shadow...).
+ * Its prefix tables are not kept here: pipguard.rules.native_tables() builds
+ * them from the one rule table at start-up (tests/test_rules.py runs the same
+ * cases against this thread, the Python supervisor and the audit hook).
  * It answers CONTINUE: observe, never allow because of what was read
  * (seccomp_unotify(2)); Landlock enforces the same roots in the kernel
  * either way. Every other

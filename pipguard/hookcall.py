@@ -25,7 +25,7 @@ import email.parser
 import json
 import os
 import stat
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from pipguard.policy import HostPort, Policy

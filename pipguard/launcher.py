@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import socket
-import sys
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Optional, Sequence, Tuple
 

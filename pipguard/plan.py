@@ -18,6 +18,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 from pipguard.errors import CommandNotFound, UsageError
 from pipguard.oslayer import OsLayerSpec
 from pipguard.policy import Policy
+from pipguard import rules
 
 HOOK_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_hook")
 HOOK_FILES = ("sitecustomize.py", "_pipguard_hook.py", "_pipguard_boot.py")
@@ -78,14 +79,9 @@ ENV_ALLOW_PREFIXES = ("LC_",)
 # Landlock cannot subtract a subtree from a grant, so the list is built around them.
 SYSTEM_READ = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
                "/opt", "/nix", "/gnu", "/snap", "/sys", "/proc", "/var/lib/dpkg")
-# Entries of /etc that hold secrets (password hashes, host keys, private TLS
-# keys, VPN/Wi-Fi secrets): every other entry of /etc is granted one by one.
-ETC_SECRETS = frozenset(
-    ("shadow", "gshadow", "shadow-", "gshadow-", "sudoers", "sudoers.d", "ssh",
-     "security", "NetworkManager", "wireguard", "openvpn", "ipsec.secrets", "ppp",
-     "libvirt", "docker", "containerd", "krb5.keytab", "pki", "cups", "polkit-1")
-)
-ETC_SSL_SECRETS = frozenset(("private",))
+# /etc is granted entry by entry around the rule table's system secrets
+# (rules.ETC_SECRETS: password hashes, host keys, private TLS keys, pip's
+# site-wide config...): see grants_excluding().
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
 # Directories that must never become the writable build dir.
 UNSAFE_CWD = ("/", "/tmp", "/var/tmp", "/home", "/root", "/usr", "/etc", "/var", "/dev", "/proc")
@@ -111,6 +107,8 @@ class Plan:
     os_required: bool
     unavailable: Dict[str, str] = field(default_factory=dict)
     proxy_port: Optional[int] = None
+    # PATH directories inside a home made readable (see toolchain_roots); also in read_roots
+    toolchain_roots: Tuple[str, ...] = ()
 
 
 def home_directories(env: Optional[Mapping[str, str]] = None) -> Tuple[str, ...]:
@@ -131,21 +129,79 @@ def home_directories(env: Optional[Mapping[str, str]] = None) -> Tuple[str, ...]
     return tuple(sorted(homes))
 
 
-def _etc_entries() -> List[str]:
-    out: List[str] = []
+def grants_excluding(root: str, excluded: Sequence[str]) -> List[str]:
+    """``root`` as Landlock grants: itself if nothing in ``excluded`` lies
+    inside it, nothing if it is excluded, else its entries, each split the
+    same way (Landlock cannot subtract a subtree from a grant). Entries that
+    appear later in a split directory are not granted."""
+    root = root.rstrip("/") or "/"
+    if any(root == e or root.startswith(e.rstrip("/") + "/") for e in excluded):
+        return []
+    inner = [e for e in excluded if e.startswith(root.rstrip("/") + "/")]
+    if not inner:
+        return [root]
     try:
-        names = os.listdir("/etc")
+        names = sorted(os.listdir(root))
     except OSError:
-        return out
+        return []
+    out: List[str] = []
     for name in names:
-        if name in ETC_SECRETS:
-            continue
-        path = "/etc/" + name
-        if name == "ssl" and os.path.isdir(path):
-            out.extend("/etc/ssl/" + n for n in os.listdir(path) if n not in ETC_SSL_SECRETS)
-            continue
-        out.append(path)
+        path = root.rstrip("/") + "/" + name
+        if os.path.isdir(path) and not os.path.islink(path):
+            out.extend(grants_excluding(path, inner))
+        elif path not in inner:
+            out.append(path)
     return out
+
+
+def _etc_entries() -> List[str]:
+    return grants_excluding("/etc", rules.ETC_SECRETS)
+
+
+# Known layouts of toolchains installed in a home, by the PATH entry's tail:
+# what the tool needs beside its bin directory (pyenv's shims run libexec/pyenv,
+# which reads versions/; rustup's proxies in ~/.cargo/bin read ~/.rustup).
+_TOOLCHAIN_LAYOUTS = (
+    ("/.pyenv/shims", ("..",)), ("/.pyenv/bin", ("..",)),
+    ("/.pyenv/plugins/pyenv-virtualenv/shims", ("../../..",)),
+    ("/.cargo/bin", (".", "../../.rustup")),
+)
+
+
+def toolchain_roots(path_var: Optional[str], homes: Sequence[str]) -> Tuple[str, ...]:
+    """Directories on ``path_var`` (PATH) that lie inside a home, with what
+    their known layout needs (the pyenv root, ~/.rustup; for nvm a node
+    version's bin/lib/include/share, not its etc/npmrc). Readable and
+    executable in the sandbox, the rest of the home not; the rule table's
+    credential entries stay refused inside them. Never a home itself or a
+    credential or startup location."""
+    found: List[str] = []
+    for entry in (path_var or "").split(os.pathsep):
+        if not entry.startswith("/") or not os.path.isdir(entry):
+            continue
+        real = os.path.realpath(entry)
+        home = next((h for h in homes if real.startswith(h.rstrip("/") + "/")), None)
+        if home is None:
+            continue
+        extra: Tuple[str, ...] = (".",)
+        for tail, more in _TOOLCHAIN_LAYOUTS:
+            if real.endswith(tail):
+                extra = more
+        if "/.nvm/versions/node/" in real and real.endswith("/bin"):
+            extra = (".", "../lib", "../include", "../share")
+        for rel in extra:
+            root = os.path.normpath(os.path.join(real, rel))
+            if not os.path.isdir(root) or any(root == h or h.startswith(root + "/") for h in homes):
+                continue
+            # not at, below or above a credential or startup entry: Landlock cannot
+            # subtract it from the grant (~/.config would bring ~/.config/gh)
+            home_of_root = next(h for h in homes if root.startswith(h.rstrip("/") + "/"))
+            sensitive = [home_of_root.rstrip("/") + "/" + n
+                         for n in rules.CREDENTIAL_PATHS + rules.PERSISTENCE_PATHS]
+            if any(root == p or root.startswith(p + "/") or p.startswith(root + "/") for p in sensitive):
+                continue
+            found.append(root)
+    return tuple(dict.fromkeys(found))
 
 
 def _interpreter_roots(executable: str) -> List[str]:
@@ -238,7 +294,8 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
     # make "/" (the parent of /bin) readable.
     derived = [r for r in _interpreter_roots(executable)
                if r not in ("/", "") and not any(h == r or h.startswith(r.rstrip("/") + "/") for h in homes)]
-    read_roots = [*derived, *policy.allow_read]
+    toolchains = toolchain_roots(source_env.get("PATH"), homes)
+    read_roots = [*derived, *toolchains, *policy.allow_read]
 
     kept, removed = scrub_env(source_env, policy.keep_env)
     user_pythonpath = kept.pop("PYTHONPATH", None)
@@ -250,6 +307,11 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
         PYTHONPATH=HOOK_DIR + (":" + user_pythonpath if user_pythonpath else ""),
     )
     kept.setdefault("PATH", os.defpath)
+    # rustup's proxies (~/.cargo/bin/cargo) find their toolchains in $RUSTUP_HOME,
+    # by default in $HOME, which is now the decoy: point them at the real one.
+    rustup = next((r for r in toolchains if r.endswith("/.rustup")), None)
+    if rustup and "RUSTUP_HOME" not in kept:
+        kept["RUSTUP_HOME"] = rustup
     if policy.allow_network:
         network = "all"
     elif policy.allow_hosts:
@@ -275,6 +337,7 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
         "supervisor_pid": supervisor_pid or os.getpid(),
         "fifo": fifo,
         "hook_dir": HOOK_DIR,
+        "rules": rules.hook_table(),
     }
     kept["PIPGUARD_HOOK"] = json.dumps(hook_config, separators=(",", ":"))
 
@@ -289,7 +352,9 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
                                        hint="use --isolation auto or audit on this host")
             unavailable["os"] = os_reason
         else:
-            readable = [*SYSTEM_READ, *_etc_entries(), *read_roots]
+            # System dirs never widen into a home (HOME=/opt/ci under /opt).
+            system = [g for root in SYSTEM_READ for g in grants_excluding(root, homes)]
+            readable = [*system, *_etc_entries(), *read_roots]
             os_spec = OsLayerSpec(
                 read_paths=tuple(dict.fromkeys(p for p in readable if p)),
                 write_paths=tuple(dict.fromkeys([*write_roots, fifo])),
@@ -305,6 +370,7 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
         tmp_dir=tmp_dir, home_dir=home_dir, env=kept, env_removed=removed, homes=homes,
         read_roots=tuple(read_roots), write_roots=tuple(write_roots), os_spec=os_spec,
         os_required=policy.isolation == "os", unavailable=unavailable, proxy_port=proxy_port,
+        toolchain_roots=toolchains,
     )
 
 

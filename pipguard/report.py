@@ -14,6 +14,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
+from pipguard import rules
 from pipguard.errors import ReportWriteError
 
 SCHEMA = "pipguard.report/1"
@@ -22,11 +23,8 @@ SCHEMA = "pipguard.report/1"
 KINDS = ("file-read", "file-write", "network", "process", "signal", "syscall", "env")
 BLOCKED = "blocked"
 ALLOWED = "allowed"
-#: Blocked, reported, but not a finding: refusals that ordinary tools trigger
-#: (urllib3 probes IPv6 by binding ::1 port 0; glibc tries the nscd socket on user
-#: lookups; a Python of another version tries to cache pipguard's hook bytecode).
-#: They do not make the verdict.
-INFORMATIONAL_RULES = frozenset(("loopback-bind", "nscd-probe", "hook-bytecode"))
+#: Blocked, reported, but not a finding (see pipguard.rules.INFO_RULES).
+INFORMATIONAL_RULES = rules.INFO_RULES
 
 
 @dataclass(frozen=True)
@@ -43,10 +41,20 @@ class Event:
     target: str
     rule: str
     detail: Dict[str, Any] = field(default_factory=dict)
+    #: ``finding`` (counts toward the verdict) or ``info``; decided by the rule
+    #: table from action and rule (pipguard.rules.severity), never given
+    severity: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "severity", rules.severity(self.action, self.rule))
 
     @property
     def blocked(self) -> bool:
         return self.action == BLOCKED
+
+    @property
+    def finding(self) -> bool:
+        return self.severity == rules.FINDING
 
 
 @dataclass(frozen=True)
@@ -127,8 +135,14 @@ class Report:
 
     @property
     def blocked_events(self) -> Tuple[Event, ...]:
-        """Blocked attempts that count as findings (informational rules excluded)."""
-        return tuple(e for e in self.events if e.blocked and e.rule not in INFORMATIONAL_RULES)
+        """Blocked attempts that count as findings (``severity == "finding"``)."""
+        return tuple(e for e in self.events if e.finding)
+
+    @property
+    def info_events(self) -> Tuple[Event, ...]:
+        """Events worth a look that do not count: informational refusals and
+        configuration lookups (``severity == "info"`` under an informational rule)."""
+        return tuple(e for e in self.events if not e.finding and e.rule in rules.INFO_RULES)
 
     @property
     def verdict(self) -> str:

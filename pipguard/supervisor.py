@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
 
-from pipguard import notify
+from pipguard import notify, rules
 from pipguard._keeper import process_tree
 from pipguard.launcher import Started
 from pipguard.plan import HOOK_DIR, Plan
@@ -29,7 +29,6 @@ from pipguard.report import ALLOWED, BLOCKED, Event, NetworkAttempt, ProcessReco
 
 _AT_FDCWD = -100
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-_SAFE_WRITE_TARGETS = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty")
 _MSG_FASTOPEN = 0x20000000
 _HANDLED = -1  # a handler already answered the notification itself
 # AUDIT_ARCH_* of this interpreter's native ABI (linux/audit.h); x32 marks its numbers with bit 30.
@@ -43,15 +42,6 @@ _NSCD_SOCKET_TYPE = socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOE
 _SCAN_INTERVAL = 0.05
 _CPU_POLL = 0.25  # seconds between reads of the cgroup's CPU time, when a CPU limit is set
 _HOOK_CACHE = os.path.join(HOOK_DIR, "__pycache__") + "/"
-
-# One source of truth for what counts as a credential or startup file: the
-# hook's own lists (importing the module has no side effects; install() does).
-from pipguard._hook._pipguard_hook import (  # noqa: E402
-    _CREDENTIAL_PATHS as _CREDENTIALS,
-    _PERSISTENCE_PATHS as _PERSISTENCE,
-    _PROC_PRIVATE,
-)
-
 
 _RESOLVE_IN_ROOT = 0x10  # linux/openat2.h
 
@@ -169,22 +159,17 @@ class Supervisor:
         self._live_at_scan = 1
         self._last_scan = 0.0
         self._root_exec_seen = False
-        self._write_roots = tuple(r.rstrip("/") for r in plan.write_roots)
-        self._read_roots = tuple(r.rstrip("/") for r in plan.read_roots)
-        self._homes = tuple(plan.homes) + (plan.home_dir,)
+        # Every file decision comes from the one rule table (pipguard/rules.py),
+        # and so do the native responder's prefix tables.
         from pipguard.plan import SYSTEM_READ
 
-        sandbox_roots = tuple(r for r in self._write_roots if r != plan.home_dir.rstrip("/"))
-        self._write_fast = tuple(r + "/" for r in sandbox_roots)
-        self._read_fast = tuple(r + "/" for r in (*SYSTEM_READ, "/etc", *self._read_roots, *sandbox_roots)
-                                if r not in ("/proc", "/sys"))
-        # never fast: decoy home, secrets in /etc, /proc (other processes)
-        # Reads under these may skip realpath: the sandbox cannot plant symlinks
-        # there (not writable, nor inside anything writable).
-        self._fixed_fast = tuple(r for r in self._read_fast if not any(
-            r.startswith(w + "/") for w in self._write_roots))
-        self._never_fast = (plan.home_dir.rstrip("/") + "/", "/etc/shadow", "/etc/gshadow",
-                            "/etc/ssh/", "/proc/")
+        self._grants = rules.Grants.of(plan.homes, plan.home_dir, plan.read_roots, plan.write_roots,
+                                       [plan.fifo])
+        tables = rules.native_tables(self._grants, SYSTEM_READ)
+        self._fixed_fast = tuple(tables["fixed_fast"])
+        self._read_fast = tuple(tables["read_fast"])
+        self._write_fast = tuple(tables["write_fast"])
+        self._never_fast = tuple(tables["never_fast"])
         self._network = "all" if policy.allow_network else ("hosts" if policy.allow_hosts else "none")
         self.proxy_clients: Dict[int, int] = {}  # our local port -> sandbox pid
         self._dns: Dict[str, str] = {}  # address -> host name, from lookups seen in the run
@@ -205,6 +190,13 @@ class Supervisor:
         if index is not None:
             old = self.evidence.events[index]
             seen_by = list(old.detail.get("seen_by", [old.layer]))
+            if rules.severity(action, rule) == rules.FINDING and old.severity != rules.FINDING:
+                # An informational event first (perhaps forged on the FIFO by the
+                # sandbox, which can write it) must not absorb a finding.
+                self.evidence.events[index] = Event(
+                    old.seq, old.time, old.kind, old.action, layer, old.pid, old.target, rule,
+                    dict(old.detail, **(detail or {}), seen_by=seen_by + [layer] * (layer not in seen_by)))
+                return
             if layer not in seen_by:
                 seen_by.append(layer)
                 merged = dict(old.detail, seen_by=seen_by, **{k: v for k, v in (detail or {}).items()
@@ -686,35 +678,9 @@ class Supervisor:
             path = base.rstrip("/") + "/" + path
         return os.path.realpath(path)
 
-    @staticmethod
-    def _under(path: str, roots) -> bool:
-        return any(path == r or path.startswith(r + "/") for r in roots)
-
-    def _in_homes(self, path: str, names) -> bool:
-        """Is ``path`` one of ``names`` (or below one) relative to a home directory?"""
-        for home in self._homes:
-            if path.startswith(home + "/"):
-                rel = path[len(home) + 1:]
-                if any(rel == n or rel.startswith(n + "/") for n in names):
-                    return True
-        return False
-
-    def _credential(self, path: str) -> bool:
-        if self._in_homes(path, _CREDENTIALS):
-            return True
-        return path in ("/etc/shadow", "/etc/gshadow") or path.startswith("/etc/ssh/")
-
-    def _persistence(self, path: str) -> bool:
-        return self._in_homes(path, _PERSISTENCE)
-
-    def _proc_other(self, path: str, pid: int) -> bool:
-        parts = path.split("/")
-        if len(parts) < 4 or parts[1] != "proc" or not parts[2].isdigit():
-            return False
-        other = int(parts[2])
-        if other == pid or other in self.evidence.processes:
-            return False
-        return parts[3] in _PROC_PRIVATE
+    def _inside(self, pid: int):
+        """Is a /proc/<n> entry one of the sandbox's own processes (as seen by ``pid``)?"""
+        return lambda other: other == pid or other in self.evidence.processes
 
     def _file_decision(self, note: notify.Notification, dirfd: int, path_addr: int,
                        flags: int, in_root: bool = False) -> int:
@@ -735,34 +701,29 @@ class Supervisor:
             return 0
         path = self._resolve(note.pid, dirfd, raw)
         detail = {"syscall": "open", "path": raw, "flags": hex(flags)}
+        inside = self._inside(note.pid)
         if writing:
-            if self._persistence(path):
-                self.add_event("file-write", BLOCKED, "supervisor", note.pid, path,
-                               "persistence", detail)
-                return errno.EACCES
-            if (self._under(path, self._write_roots) or path in _SAFE_WRITE_TARGETS
-                    or path.startswith(("/dev/pts/", "/proc/")) or path == self.plan.fifo):
-                if self._credential(path) and not path.startswith(self.plan.home_dir + "/"):
-                    pass
-                else:
-                    return 0
-            # An interpreter of another version caching pipguard's own hook
-            # (plan.precompile_hook covers only pipguard's interpreter): refused
-            # like any write outside the roots, but it says nothing about the package.
-            why = "hook-bytecode" if path.startswith(_HOOK_CACHE) else "write-outside-roots"
-            self.add_event("file-write", BLOCKED, "supervisor", note.pid, path, why, detail)
+            if path.startswith("/proc/") and not rules.proc_other(path, inside):
+                return 0  # its own /proc (fd links to pipes: realpath cannot see through them); Landlock decides
+            rule = rules.write_rule(path, self._grants, inside)
+            if rule is None:
+                return 0
+            if rule == "write-outside-roots" and path.startswith(_HOOK_CACHE):
+                # An interpreter of another version caching pipguard's own hook
+                # (plan.precompile_hook covers only pipguard's interpreter): refused
+                # like any write outside the roots, but it says nothing about the package.
+                rule = "hook-bytecode"
+            self.add_event("file-write", BLOCKED, "supervisor", note.pid, path, rule, detail)
             return errno.EACCES
-        rule = None
-        if self._proc_other(path, note.pid):
-            rule = "proc-other-process"
-        elif self._credential(path):
-            rule = "secret-read"
-        elif self._under(path, self._homes) and not self._under(
-                path, self._read_roots + self._write_roots) and os.path.lexists(path):
+        rule = rules.read_rule(path, self._grants, inside)
+        if rule == "home-read" and not os.path.lexists(path):
             # Only existing files: interpreters probe for absent files in
             # their prefix (pyvenv.cfg...) and that reveals nothing.
-            rule = "home-read"
+            rule = None
         if rule is None:
+            return 0
+        if rule == "config-lookup":
+            self.add_event("file-read", ALLOWED, "supervisor", note.pid, path, rule, detail)
             return 0
         self.add_event("file-read", BLOCKED, "supervisor", note.pid, path, rule, detail)
         return errno.EACCES

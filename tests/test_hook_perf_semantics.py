@@ -21,6 +21,7 @@ import types
 import pytest
 
 from pg import pipguard
+from pipguard import rules
 
 PY = sys.executable
 HOOK_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pipguard", "_hook",
@@ -37,7 +38,7 @@ def load_hook_module():
 def config(**over):
     base = {"homes": [], "sandbox_home": "", "read": [], "write": [], "write_files": [],
             "network": "none", "hosts": [], "subprocess": True, "supervisor_pid": 1, "fifo": "",
-            "hook_dir": os.path.dirname(HOOK_FILE)}
+            "hook_dir": os.path.dirname(HOOK_FILE), "rules": rules.hook_table()}
     base.update(over)
     return base
 
@@ -193,65 +194,22 @@ def test_python_renames_and_removals_forget_cached_paths(tmp_path):
 # --- policy checks -------------------------------------------------------------------------------
 
 class Reference:
-    """The checks as they were before the fast path: loops over roots and names."""
+    """The rule table's own decisions (pipguard.rules): plain loops over roots and names."""
 
     def __init__(self, mod, cfg):
-        def norm(paths):
-            return tuple(sorted({p.rstrip("/") or "/" for p in paths}))
-        self.mod, self.homes, self.sandbox_home = mod, norm(cfg["homes"]), cfg["sandbox_home"]
-        self.read, self.write = norm(cfg["read"]), norm(cfg["write"])
-        self.write_files = frozenset(cfg["write_files"])
+        self.grants = rules.Grants.of(cfg["homes"], cfg["sandbox_home"], cfg["read"], cfg["write"],
+                                      cfg["write_files"])
 
     @staticmethod
-    def under(path, roots):
-        return any(path == r or path.startswith(r + "/") or r == "/" for r in roots)
-
-    def in_homes(self, path, names):
-        for home in self.homes + ((self.sandbox_home,) if self.sandbox_home else ()):
-            if path.startswith(home + "/"):
-                rel = path[len(home) + 1:]
-                if any(rel == n or rel.startswith(n + "/") for n in names):
-                    return True
-        return False
-
-    def credential(self, path):
-        if self.in_homes(path, self.mod._CREDENTIAL_PATHS):
-            return True
-        for secret in self.mod._SYSTEM_SECRETS:
-            if path == secret or path.startswith(secret + "/"):
-                return not self.under(path, self.read + self.write)
-        return False
-
-    def proc_other(self, path):
-        parts = path.split("/")
-        if not path.startswith("/proc/") or len(parts) < 4 or not parts[2].isdigit():
-            return False
-        if int(parts[2]) == os.getpid():
-            return False
-        if parts[3] == "task" and len(parts) > 5:
-            return parts[5] in self.mod._PROC_PRIVATE
-        return parts[3] in self.mod._PROC_PRIVATE
+    def inside(pid):
+        return pid == os.getpid()
 
     def check_read(self, path):
-        if self.proc_other(path):
-            return "proc-other-process"
-        if self.credential(path):
-            return "secret-read"
-        if self.under(path, self.homes) and not self.under(path, self.read + self.write):
-            return "home-read"
-        return None
+        rule = rules.read_rule(path, self.grants, self.inside)
+        return None if rule == "config-lookup" else rule  # allowed (reported, not refused)
 
     def check_write(self, path):
-        if self.in_homes(path, self.mod._PERSISTENCE_PATHS):
-            return "persistence"
-        if path in self.write_files or self.under(path, self.write):
-            if self.credential(path) and not path.startswith(self.sandbox_home + "/"):
-                return "secret-write"
-            return None
-        if path.startswith(("pipe:", "socket:", "anon_inode:", "/dev/pts/")) or path in (
-                "/dev/null", "/dev/tty", "/dev/zero", "/dev/full", "/dev/stdout", "/dev/stderr"):
-            return None
-        return "write-outside-roots"
+        return rules.write_rule(path, self.grants, self.inside)
 
 
 def rule_of(message):
@@ -260,7 +218,7 @@ def rule_of(message):
 
 POLICIES = [
     config(homes=["/home", "/home/alice", "/root"], sandbox_home="/tmp/pg/home",
-           read=["/root/.pyenv/versions/3.11", "/usr", "/opt/x/", "/etc/ssh/ok"],
+           read=["/root/.pyenv/versions/3.11", "/usr", "/opt/x/", "/etc/ssh/ok", "/tmp/pg/home/.netrc"],
            write=["/tmp/pg/tmp", "/tmp/pg/home", "/work/proj", "/root/proj", "/home/alice/.aws/w"],
            write_files=["/tmp/pg/events.fifo", "/root/.bashrc"]),
     config(homes=["/"], sandbox_home="", read=["/"], write=["/w"]),
@@ -271,7 +229,7 @@ POLICIES = [
 
 
 def policy_paths(mod, cfg):
-    names = mod._CREDENTIAL_PATHS + mod._PERSISTENCE_PATHS
+    names = rules.CREDENTIAL_PATHS + rules.PERSISTENCE_PATHS + rules.CONFIG_LOOKUPS
     variants = set()
     for n in names:
         variants.update({n, n + "/x", n + "x", n + "/a/b", n.split("/")[0], n.rsplit("/", 1)[0] + "/y",
@@ -282,7 +240,7 @@ def policy_paths(mod, cfg):
         base = base.rstrip("/")
         paths.add(base or "/")
         paths.update(base + "/" + v for v in variants)
-    for secret in mod._SYSTEM_SECRETS:
+    for secret in rules.ETC_SECRETS:
         paths.update({secret, secret + "/x", secret + "x", secret[:-1]})
     pid, other = os.getpid(), os.getpid() + 1
     for p in (pid, other):

@@ -377,3 +377,22 @@ def test_install_table_keeps_versions_as_written():
                                           False, "clean")), ())
     text = install_render.table(result)
     assert " 3.10 " in text and " 1.0 " in text, text
+
+
+def test_findings_and_informational_events_are_shown_apart_and_tagged_in_json():
+    """Every event says in the JSON whether it counts (``severity``), decided by the rule table;
+    the table renderer lists informational ones under their own title, never as "Blocked"."""
+    from pipguard.render import json as json_render
+
+    events = (ev(1), ev(2, kind="network", target="[::1]:0", rule="loopback-bind"),
+              ev(3, action="allowed", target="/tmp/pipguard-x/home/.netrc", rule="config-lookup"),
+              ev(4, kind="process", action="allowed", target="cc", rule="exec"))
+    report = make(events=events)
+    data = json.loads(json_render.render(report))
+    assert [e["severity"] for e in data["events"]] == ["finding", "info", "info", "info"]
+    assert data["verdict"] == "blocked" and [e.seq for e in report.blocked_events] == [1]
+    out = table.render(report)
+    blocked, _, rest = out.partition("Informational, not counted (2)")
+    assert "Blocked (1)" in blocked and "loopback-bind" not in blocked and ".netrc" not in blocked
+    assert "loopback-bind" in rest and "config-lookup" in rest and "exec" not in rest
+    assert table.headline(make(events=events[1:])).startswith("pipguard: CLEAN")

@@ -73,29 +73,10 @@ _TAMPER_EVENTS = frozenset(
 )
 _ALL_EVENTS = _FILE_EVENTS | _NET_EVENTS | _PROC_EVENTS | _TAMPER_EVENTS
 
-# Credential locations relative to any home directory (real or sandbox).
-_CREDENTIAL_PATHS = (
-    ".ssh", ".aws", ".azure", ".config/gcloud", ".kube", ".docker/config.json",
-    ".pypirc", ".npmrc", ".yarnrc", ".netrc", ".git-credentials", ".config/gh",
-    ".config/hub", ".gnupg", ".password-store", ".vault-token", ".terraform.d",
-    ".mozilla", ".config/google-chrome", ".config/chromium", ".config/BraveSoftware",
-    ".bitcoin", ".ethereum", ".electrum", ".config/Exodus", ".local/share/keyrings",
-    ".cargo/credentials", ".cargo/credentials.toml", ".gem/credentials", ".m2/settings.xml",
-    ".config/pip", ".pip", ".bash_history", ".zsh_history", ".python_history",
-)
-# Startup files relative to any home: a write there is a persistence attempt,
-# also in the sandbox's own (throw-away) HOME, where it reveals the intent.
-_PERSISTENCE_PATHS = (
-    ".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshrc", ".zprofile", ".zshenv",
-    ".zlogin", ".cshrc", ".tcshrc", ".config/fish", ".config/autostart", ".config/systemd",
-    ".config/environment.d", ".local/share/systemd", ".xinitrc", ".xprofile", ".pam_environment",
-    ".local/lib", ".ssh", ".pythonrc", ".pythonstartup", ".config/pip", ".pip", ".pypirc",
-    ".gitconfig", ".config/git", ".npmrc", ".docker",
-)
-_SYSTEM_SECRETS = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-",
-                   "/etc/sudoers", "/etc/ssh")
-_PROC_PRIVATE = frozenset(("environ", "cmdline", "mem", "maps", "fd", "auxv", "stack",
-                           "syscall", "smaps", "pagemap", "root", "cwd", "exe"))
+# The rule table (credential, configuration and startup paths, system secrets,
+# private /proc entries) is pipguard/rules.py, the one source for every
+# enforcer; it arrives here as data in the config ("rules"), since this module
+# runs in interpreters that need not have pipguard installed.
 _PYTHON_NAMES = ("python", "pypy")
 # Python options that take a value; -c and -m end the option list.
 _PY_OPT_WITH_VALUE = frozenset("WXQ")
@@ -111,9 +92,12 @@ def _make_hook(config, dumps=None):
     lstat, stat, readlink, getcwd, fspath = os.lstat, os.stat, os.readlink, os.getcwd, os.fspath
     O_WRONLY, O_RDWR, O_CREAT, O_TRUNC, O_APPEND, O_CLOEXEC = (
         os.O_WRONLY, os.O_RDWR, os.O_CREAT, os.O_TRUNC, os.O_APPEND, os.O_CLOEXEC)
-    PIPE_BUF, CREDENTIAL_PATHS, SYSTEM_SECRETS = _PIPE_BUF, _CREDENTIAL_PATHS, _SYSTEM_SECRETS
-    PERSISTENCE_PATHS, CACHE_MAX = _PERSISTENCE_PATHS, _CACHE_MAX
-    PROC_PRIVATE, PYTHON_NAMES, PY_OPT_WITH_VALUE = _PROC_PRIVATE, _PYTHON_NAMES, _PY_OPT_WITH_VALUE
+    table = config["rules"]  # no table, no hook: install() fails loudly rather than judge by nothing
+    CREDENTIAL_PATHS, SYSTEM_SECRETS = tuple(table["credentials"]), tuple(table["etc_secrets"])
+    PERSISTENCE_PATHS, CONFIG_LOOKUPS = tuple(table["persistence"]), tuple(table["config"])
+    PROC_PRIVATE, MESSAGES = frozenset(table["proc_private"]), dict(table["messages"])
+    PIPE_BUF, CACHE_MAX = _PIPE_BUF, _CACHE_MAX
+    PYTHON_NAMES, PY_OPT_WITH_VALUE = _PYTHON_NAMES, _PY_OPT_WITH_VALUE
     CONFIG_NAME, is_numeric, Denied = ENV_CONFIG, _is_numeric, PermissionError
     os_write, os_open, getpid, getppid = os.write, os.open, os.getpid, os.getppid
     fs_encoding, fs_errors = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
@@ -141,7 +125,7 @@ def _make_hook(config, dumps=None):
         return tuple(sorted({p.rstrip("/") or "/" for p in paths}))
 
     homes = norm_roots(config.get("homes", ()))
-    sandbox_home = config.get("sandbox_home", "")
+    sandbox_home = config.get("sandbox_home", "").rstrip("/")
     read_roots = norm_roots(config.get("read", ()))
     write_roots = norm_roots(config.get("write", ()))
     write_files = frozenset(config.get("write_files", ()))
@@ -169,14 +153,17 @@ def _make_hook(config, dumps=None):
         return frozenset(roots), tuple(r + "/" for r in roots), "/" in roots
 
     cred_names, pers_names = frozenset(CREDENTIAL_PATHS), frozenset(PERSISTENCE_PATHS)
+    config_names = frozenset(CONFIG_LOOKUPS)
     secret_set, secret_under = frozenset(SYSTEM_SECRETS), tuple(s + "/" for s in SYSTEM_SECRETS)
     home_set, home_under, home_all = roots_sets(homes)
     rw_set, rw_under, rw_all = roots_sets(read_roots + write_roots)
     w_set, w_under, w_all = roots_sets(write_roots)
 
+    all_names = CREDENTIAL_PATHS + PERSISTENCE_PATHS + CONFIG_LOOKUPS
+
     def in_homes(path, names, _homes=tuple(h + "/" for h in homes + ((sandbox_home,) if sandbox_home else ())),
-                 _heads=frozenset(n.split("/")[0] for n in CREDENTIAL_PATHS + PERSISTENCE_PATHS if "/" in n),
-                 _depth=max(n.count("/") for n in CREDENTIAL_PATHS + PERSISTENCE_PATHS)):
+                 _heads=frozenset(n.split("/")[0] for n in all_names if "/" in n),
+                 _depth=max(n.count("/") for n in all_names)):
         """Is path one of ``names`` (or below one) relative to a home?"""
         if not path.startswith(_homes):
             return False
@@ -480,10 +467,15 @@ def _make_hook(config, dumps=None):
     def read_rule(path, _proc_other=proc_other, _in_homes=in_homes, _cred=cred_names,
                   _secret=secret_set, _secret_under=secret_under, _home=home_set,
                   _home_under=home_under, _home_all=home_all, _rw=rw_set, _rw_under=rw_under,
-                  _rw_all=rw_all):
-        """The rule a read of this physical path breaks, or None."""
+                  _rw_all=rw_all, _config=config_names,
+                  _decoy=sandbox_home + "/" if sandbox_home else "\0"):
+        """The rule a read of this physical path breaks, "config-lookup"
+        (allowed, reported as information), or None (see rules.read_rule)."""
         if path.startswith("/proc/") and _proc_other(path):
             return "proc-other-process"
+        if path.startswith(_decoy) and _in_homes(path, _config):
+            # the decoy is the only home in_homes can match for a path under it
+            return "config-lookup"
         if _in_homes(path, _cred):
             return "secret-read"
         secret = path in _secret or path.startswith(_secret_under)
@@ -496,10 +488,12 @@ def _make_hook(config, dumps=None):
                    _w=w_set, _w_under=w_under, _w_all=w_all, _cred=cred_names,
                    _secret=secret_set, _secret_under=secret_under, _rw=rw_set,
                    _rw_under=rw_under, _rw_all=rw_all, _own_home=sandbox_home + "/",
-                   _special=("pipe:", "socket:", "anon_inode:", "/dev/pts/"),
+                   _special=("pipe:", "socket:", "anon_inode:", "/dev/pts/"), _proc_other=proc_other,
                    _devices=frozenset(("/dev/null", "/dev/tty", "/dev/zero", "/dev/full",
                                        "/dev/stdout", "/dev/stderr"))):
         """The rule a write to this physical path breaks, or None."""
+        if path.startswith("/proc/") and _proc_other(path):
+            return "proc-other-process"
         if _in_homes(path, _pers):
             return "persistence"
         if path in _write_files or _w_all or path in _w or path.startswith(_w_under):
@@ -527,7 +521,7 @@ def _make_hook(config, dumps=None):
             "/proc", "/dev/pts", "/dev/null", "/dev/tty", "/dev/zero", "/dev/full", "/dev/stdout",
             "/dev/stderr"):
         ancestors.update(strict_ancestors(p))
-    heads = {head for name in CREDENTIAL_PATHS + PERSISTENCE_PATHS for head in strict_ancestors("/" + name)}
+    heads = {head for name in all_names for head in strict_ancestors("/" + name)}
     for home in homes + ((sandbox_home,) if sandbox_home else ()):  # home + "/" + a name
         ancestors.update(strict_ancestors(home))
         ancestors.add(home)
@@ -547,24 +541,21 @@ def _make_hook(config, dumps=None):
                 dirs.clear()
             dirs.add(path[:cut])
 
-    messages = {
-        "proc-other-process": "reading another process's private /proc files",
-        "secret-read": "this is a credential location", "secret-write": "this is a credential location",
-        "home-read": "home directories are not readable in the sandbox",
-        "persistence": "startup and configuration files of a home directory are off limits",
-        "write-outside-roots": "writes are allowed only in the build dir and the sandbox temp dir",
-    }
+    messages = MESSAGES
 
     def make_check(kind, paths, dirs, rule_of):
         # one checker per access kind; its state is bound as defaults (hot path)
         def check(path, _paths=paths, _dirs=dirs, _rule=rule_of, _kind=kind, _remember=remember,
-                  _deny=deny, _messages=messages):
+                  _deny=deny, _messages=messages, _emit=emit):
             cut = path.rfind("/")
             if path in _paths or cut > 0 and path[:cut] in _dirs:
                 return None
             rule = _rule(path)
             if rule is None:
                 _remember(path, _paths, _dirs)
+                return None
+            if rule == "config-lookup":  # allowed: the decoy home holds nothing of the user
+                _emit(_kind, "allowed", path, rule)
                 return None
             return _deny(_kind, path, rule, _messages[rule])
         check.__name__ = check.__qualname__ = "check_" + kind[len("file-"):]

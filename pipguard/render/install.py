@@ -6,7 +6,7 @@ import json
 
 from pipguard.render import load_tabulate
 from pipguard.render import sarif as sarif_mod
-from pipguard.render.table import blocked_table
+from pipguard.render.table import blocked_table, info_table
 
 tabulate = load_tabulate()
 
@@ -33,7 +33,9 @@ def table(result, *, color: bool = False) -> str:
                   tabulate(finding_rows, headers=("package", "severity", "rule", "member", "message"),
                            disable_numparse=True)]
     for phase in result.phases:
-        text = blocked_table(phase.report.events, phase.report.processes, color=color)
+        text = "\n\n".join(t for t in (
+            blocked_table(phase.report.events, phase.report.processes, color=color),
+            info_table(phase.report.events, phase.report.processes, color=color)) if t)
         if text:
             where = f"{phase.name} of {phase.package}" if phase.package else phase.name
             lines += ["", f"[{where}]", text.rstrip("\n")]

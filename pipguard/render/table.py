@@ -21,7 +21,8 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
 from pipguard.render import load_tabulate
 from pipguard.render import printable as _clean
-from pipguard.report import INFORMATIONAL_RULES, Event, ProcessRecord, Report
+from pipguard import rules
+from pipguard.report import Event, ProcessRecord, Report
 
 #: Rows shown per table; the rest are counted, not shown.
 MAX_ROWS = 50
@@ -47,9 +48,10 @@ def render(report: Report, *, color: bool = False) -> str:
     yellow for error); with ``False`` the text is plain.
     """
     sections: List[str] = [headline(report, color=color)]
-    blocked = blocked_table(report.events, report.processes, color=color)
-    if blocked:
-        sections.append(blocked)
+    for events_section in (blocked_table(report.events, report.processes, color=color),
+                           info_table(report.events, report.processes, color=color)):
+        if events_section:
+            sections.append(events_section)
     for section in (
         processes_table(report.processes),
         network_table(report, color=color),
@@ -138,10 +140,30 @@ def blocked_table(
     Python frame, from audit-layer events) appears when any row has one.
     Shared by ``run`` and, per package, ``install``.
     """
-    # Informational refusals (e.g. urllib3's loopback IPv6 probe) stay in the
-    # JSON report; the human table shows findings only.
-    blocked = sorted((e for e in events if e.blocked and e.rule not in INFORMATIONAL_RULES),
-                     key=lambda e: e.seq)
+    # Findings only (severity "finding"); informational events (urllib3's
+    # loopback IPv6 probe, configuration lookups in the decoy home) have their
+    # own table, info_table().
+    blocked = sorted((e for e in events if e.finding), key=lambda e: e.seq)
+    return _events_section(blocked, processes, f"Blocked ({len(blocked)})", _RED, color, max_rows)
+
+
+def info_table(
+    events: Iterable[Event],
+    processes: Iterable[ProcessRecord],
+    *,
+    color: bool = False,
+    max_rows: int = MAX_ROWS,
+) -> str:
+    """Events under an informational rule (pipguard.rules.INFO_RULES), titled
+    as not counting toward the verdict; ``""`` when there are none."""
+    info = sorted((e for e in events if not e.finding and e.rule in rules.INFO_RULES),
+                  key=lambda e: e.seq)
+    return _events_section(info, processes, f"Informational, not counted ({len(info)})", _YELLOW,
+                           color, max_rows)
+
+
+def _events_section(blocked: List[Event], processes: Iterable[ProcessRecord], title: str, tint: str,
+                    color: bool, max_rows: int) -> str:
     if not blocked:
         return ""
     names = _process_names(processes)
@@ -153,7 +175,7 @@ def blocked_table(
     for e in blocked[:max_rows]:
         kind = _clean(e.kind)
         if color:
-            kind = f"{_RED}{kind}{_RESET}"
+            kind = f"{tint}{kind}{_RESET}"
         seen_by = e.detail.get("seen_by")
         layer = ",".join(map(str, seen_by)) if isinstance(seen_by, list) and seen_by else e.layer
         row = [
@@ -166,9 +188,8 @@ def blocked_table(
         if with_python:
             row.append(_cell(e.detail.get("python") or ""))
         rows.append(row)
-    title = f"Blocked ({len(blocked)})"
     if color:
-        title = f"{_BOLD}{_RED}{title}{_RESET}"
+        title = f"{_BOLD}{tint}{title}{_RESET}"
     return _section(title, headers, rows, len(blocked), max_rows)
 
 

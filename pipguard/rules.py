@@ -1,0 +1,231 @@
+"""The one rule table: which paths are credentials, startup files, configuration
+lookups and system secrets, which ``/proc`` entries are private, and which rules
+are informational. Every enforcer is built from it:
+
+- the audit hook (``pipguard/_hook/_pipguard_hook.py``) receives :func:`hook_table`
+  inside its ``PIPGUARD_HOOK`` configuration (it runs in sandboxed Pythons that
+  need not have pipguard installed, so it gets data, not this module);
+- the Python supervisor decides opens with :func:`read_rule` / :func:`write_rule`;
+- the native responder (``pipguard/_responder.c``) gets its prefix tables from
+  :func:`native_tables` at start-up;
+- the plan (Landlock's grants) leaves :data:`ETC_SECRETS` and every home out.
+
+``tests/test_rules.py`` runs one list of cases against all three enforcers.
+
+Standard library only, importable on Python 3.9+, no side effects.
+"""
+
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
+
+BLOCKED, ALLOWED = "blocked", "allowed"
+FINDING, INFO = "finding", "info"
+
+# Credential stores, relative to any home (the real ones and the sandbox's decoy):
+# reading one is refused and a finding everywhere, also in the decoy home where it
+# can only reveal the intent. Writing one is refused outside the decoy home.
+CREDENTIAL_PATHS = (
+    ".ssh", ".aws", ".azure", ".config/gcloud", ".kube", ".docker/config.json",
+    ".pypirc", ".npmrc", ".yarnrc", ".netrc", ".git-credentials", ".config/gh",
+    ".config/hub", ".gnupg", ".password-store", ".vault-token", ".terraform.d",
+    ".mozilla", ".config/google-chrome", ".config/chromium", ".config/BraveSoftware",
+    ".bitcoin", ".ethereum", ".electrum", ".config/Exodus", ".local/share/keyrings",
+    ".cargo/credentials", ".cargo/credentials.toml", ".gem/credentials", ".m2/settings.xml",
+    ".config/pip", ".pip", ".bash_history", ".zsh_history", ".python_history",
+)
+# Configuration files that build tools look up in ~ (meson: ~/.netrc; git, pip,
+# distutils, cargo). In the sandbox's decoy home, which holds nothing of the user,
+# a read is a lookup that finds nothing: allowed, informational "config-lookup".
+# In a real home the credential and home rules apply as everywhere (a real
+# ~/.netrc holds passwords). Names here win over CREDENTIAL_PATHS in the decoy only.
+CONFIG_LOOKUPS = (
+    ".netrc", ".gitconfig", ".config/git", ".config/pip", ".pip", ".pydistutils.cfg",
+    ".cargo/config", ".cargo/config.toml", ".config/meson", ".local/share/meson",
+    ".condarc", ".config/matplotlib", ".wgetrc", ".curlrc",
+)
+# Startup files relative to any home: a write there is a persistence attempt,
+# also in the sandbox's own (throw-away) HOME, where it reveals the intent.
+PERSISTENCE_PATHS = (
+    ".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshrc", ".zprofile", ".zshenv",
+    ".zlogin", ".cshrc", ".tcshrc", ".config/fish", ".config/autostart", ".config/systemd",
+    ".config/environment.d", ".local/share/systemd", ".xinitrc", ".xprofile", ".pam_environment",
+    ".local/lib", ".ssh", ".pythonrc", ".pythonstartup", ".config/pip", ".pip", ".pypirc",
+    ".gitconfig", ".config/git", ".npmrc", ".docker",
+)
+# System secrets: password hashes, sudo rules, host keys, private TLS keys,
+# VPN/Wi-Fi/container secrets, Kerberos keys, and pip's site-wide configuration
+# (an index URL there often carries a private index's user:password). Landlock
+# never grants them (plan.etc_grants); reading one is "secret-read".
+ETC_SECRETS = (
+    "/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-", "/etc/sudoers",
+    "/etc/sudoers.d", "/etc/ssh", "/etc/security", "/etc/NetworkManager", "/etc/wireguard",
+    "/etc/openvpn", "/etc/ipsec.secrets", "/etc/ppp", "/etc/libvirt", "/etc/docker",
+    "/etc/containerd", "/etc/krb5.keytab", "/etc/pki", "/etc/cups", "/etc/polkit-1",
+    "/etc/ssl/private", "/etc/pip.conf", "/etc/xdg/pip",
+)
+# Entries of /proc/<pid>/ (and /proc/<pid>/task/<tid>/) of another process that
+# reveal its memory, environment, arguments or files.
+PROC_PRIVATE = frozenset((
+    "environ", "cmdline", "mem", "maps", "fd", "fdinfo", "map_files", "auxv", "stack",
+    "syscall", "smaps", "smaps_rollup", "numa_maps", "pagemap", "root", "cwd", "exe",
+    "io", "personality", "wchan", "timers", "mountinfo", "mounts",
+))
+# Rules that are listed but never make the verdict: refusals that ordinary tools
+# trigger (urllib3's IPv6 probe binds ::1 port 0; glibc tries nscd's socket on user
+# lookups; another Python version caches pipguard's hook) and lookups of
+# configuration in the decoy home.
+INFO_RULES = frozenset(("loopback-bind", "nscd-probe", "hook-bytecode", "config-lookup"))
+
+MESSAGES = {
+    "proc-other-process": "reading another process's private /proc files",
+    "secret-read": "this is a credential location",
+    "secret-write": "this is a credential location",
+    "home-read": "home directories are not readable in the sandbox",
+    "persistence": "startup and configuration files of a home directory are off limits",
+    "write-outside-roots": "writes are allowed only in the build dir and the sandbox temp dir",
+    "config-lookup": "configuration lookup in the sandbox home (it is empty)",
+}
+
+
+def severity(action: str, rule: str) -> str:
+    """``finding`` when the event counts toward the verdict (a refusal under a rule
+    that is not informational), else ``info``."""
+    return FINDING if action == BLOCKED and rule not in INFO_RULES else INFO
+
+
+@dataclass(frozen=True)
+class Grants:
+    """The paths of one run the rules are judged against (normalised, no trailing
+    slash). ``homes``: every real home; ``sandbox_home``: the decoy ("" for none);
+    ``read``/``write``: the allowed roots; ``write_files``: single writable files."""
+
+    homes: Tuple[str, ...]
+    sandbox_home: str
+    read: Tuple[str, ...]
+    write: Tuple[str, ...]
+    write_files: FrozenSet[str] = frozenset()
+
+    @classmethod
+    def of(cls, homes: Sequence[str], sandbox_home: str, read: Sequence[str],
+           write: Sequence[str], write_files: Sequence[str] = ()) -> "Grants":
+        return cls(_norm(homes), sandbox_home.rstrip("/"), _norm(read), _norm(write),
+                   frozenset(write_files))
+
+
+def _norm(paths: Sequence[str]) -> Tuple[str, ...]:
+    return tuple(sorted({p.rstrip("/") or "/" for p in paths if p}))
+
+
+def under(path: str, roots: Sequence[str]) -> bool:
+    """``path`` is one of ``roots`` or below one."""
+    return any(path == r or path.startswith(r + "/") or r == "/" for r in roots)
+
+
+def in_homes(path: str, homes: Sequence[str], names: Sequence[str]) -> bool:
+    """``path`` is one of ``names`` (or below one) relative to one of ``homes``."""
+    for home in homes:
+        if home and path.startswith(home + "/"):
+            rel = path[len(home) + 1:]
+            if any(rel == n or rel.startswith(n + "/") for n in names):
+                return True
+    return False
+
+
+def proc_other(path: str, inside: Callable[[int], bool]) -> bool:
+    """A private entry of a process for which ``inside(pid)`` is false:
+    ``/proc/<pid>/<private>`` or ``/proc/<pid>/task/<tid>/<private>``."""
+    parts = path.split("/")
+    if not path.startswith("/proc/") or len(parts) < 4 or not parts[2].isdigit():
+        return False
+    if inside(int(parts[2])):
+        return False
+    if parts[3] == "task" and len(parts) > 5:
+        return parts[5] in PROC_PRIVATE
+    return parts[3] in PROC_PRIVATE
+
+
+def etc_secret(path: str) -> bool:
+    return under(path, ETC_SECRETS)
+
+
+def read_rule(path: str, grants: Grants, inside: Callable[[int], bool]) -> Optional[str]:
+    """The rule a read of the physical ``path`` breaks, ``"config-lookup"`` (allowed,
+    informational), or None (allowed, nothing to say)."""
+    if proc_other(path, inside):
+        return "proc-other-process"
+    sandbox = grants.sandbox_home
+    if sandbox and path.startswith(sandbox + "/"):
+        rel_home = (sandbox,)
+        if in_homes(path, rel_home, CONFIG_LOOKUPS):
+            return "config-lookup"
+        if in_homes(path, rel_home, CREDENTIAL_PATHS):
+            return "secret-read"
+    if in_homes(path, grants.homes, CREDENTIAL_PATHS):
+        return "secret-read"
+    granted = under(path, grants.read + grants.write)
+    if etc_secret(path) and not granted:
+        return "secret-read"
+    if under(path, grants.homes) and not granted:
+        return "home-read"
+    return None
+
+
+def write_rule(path: str, grants: Grants, inside: Callable[[int], bool]) -> Optional[str]:
+    """The rule a write to the physical ``path`` breaks, or None."""
+    homes = grants.homes + ((grants.sandbox_home,) if grants.sandbox_home else ())
+    if proc_other(path, inside):
+        return "proc-other-process"
+    if in_homes(path, homes, PERSISTENCE_PATHS):
+        return "persistence"
+    if path in grants.write_files or under(path, grants.write):
+        sandboxed = bool(grants.sandbox_home) and path.startswith(grants.sandbox_home + "/")
+        credential = in_homes(path, grants.homes, CREDENTIAL_PATHS) or (
+            etc_secret(path) and not under(path, grants.read + grants.write))
+        return "secret-write" if credential and not sandboxed else None
+    if path.startswith(("pipe:", "socket:", "anon_inode:", "/dev/pts/")) or path in (
+            "/dev/null", "/dev/tty", "/dev/zero", "/dev/full", "/dev/stdout", "/dev/stderr"):
+        return None
+    return "write-outside-roots"
+
+
+def hook_table() -> Dict[str, Any]:
+    """The table as the audit hook receives it (JSON in ``PIPGUARD_HOOK``)."""
+    return {
+        "credentials": list(CREDENTIAL_PATHS), "config": list(CONFIG_LOOKUPS),
+        "persistence": list(PERSISTENCE_PATHS), "etc_secrets": list(ETC_SECRETS),
+        "proc_private": sorted(PROC_PRIVATE), "messages": dict(MESSAGES),
+    }
+
+
+def _overlaps(a: str, b: str) -> bool:
+    return a == b or a.startswith(b + "/") or b.startswith(a + "/") or a == "/" or b == "/"
+
+
+def native_tables(grants: Grants, system_read: Sequence[str]) -> Dict[str, List[str]]:
+    """Prefix tables of the native responder. It answers CONTINUE only for an
+    open under ``read_fast``/``write_fast`` (or ``fixed_fast``, without
+    resolving) that is under no ``never_fast`` prefix; everything else goes to
+    the Python supervisor, which applies :func:`read_rule`/:func:`write_rule`.
+    So ``never_fast`` must cover every path those rules could refuse or report
+    inside a fast root: the decoy home, ``/proc/``, the system secrets, and in
+    each home that overlaps a fast root its credential and startup entries (the
+    whole home when it lies under one, as ``/opt/ci`` under ``/opt``)."""
+    sandbox = grants.sandbox_home
+    sandbox_roots = tuple(r for r in grants.write if r != sandbox)
+    write_fast = [r + "/" for r in sandbox_roots]
+    read_roots = tuple(dict.fromkeys((*system_read, "/etc", *grants.read, *sandbox_roots)))
+    read_fast = [r.rstrip("/") + "/" for r in read_roots if r not in ("/proc", "/sys")]
+    # Reads under these may skip realpath: the sandbox cannot plant symlinks
+    # there (not writable, nor inside anything writable).
+    fixed_fast = [r for r in read_fast if not any(r.startswith(w + "/") for w in grants.write)]
+    never = [sandbox + "/"] if sandbox else []
+    never += ["/proc/", *ETC_SECRETS]
+    fast_roots = [r.rstrip("/") or "/" for r in read_fast + write_fast]
+    for home in grants.homes:
+        if any(home.startswith(r + "/") or r == "/" for r in fast_roots):
+            never.append(home + "/")
+        else:  # a fast root at or inside this home (a toolchain, --allow-write ~)
+            never += [home + "/" + n for n in dict.fromkeys(CREDENTIAL_PATHS + PERSISTENCE_PATHS)
+                      if any(_overlaps(home + "/" + n, r) for r in fast_roots)]
+    return {"fixed_fast": fixed_fast, "read_fast": read_fast, "write_fast": write_fast,
+            "never_fast": list(dict.fromkeys(never))}
