@@ -212,6 +212,10 @@ def _install(sandbox_only: bool, kw: dict) -> None:
         from pipguard.report import dumps
 
         click.echo(dumps(result.to_json()), nl=False)
+    elif kw["fmt"] == "markdown":
+        from pipguard.render import markdown
+
+        click.echo(markdown.render_result(result), nl=False)
     else:
         click.echo(render_install.sarif(result), nl=False)
     raise SystemExit(result.exit_code)
@@ -323,7 +327,7 @@ def _click_app():
                   help="Kill the whole sandbox after this many seconds (exit 124).")
     @click.option("--report", "report_path", metavar="FILE", help="Write the JSON report here (atomically).")
     @click.option("--format", "fmt", type=_FORMAT, default="table", show_default=True,
-                  help="table: summary on stderr; json/sarif: the report on stdout.")
+                  help="table: summary on stderr; json/sarif/markdown: the report on stdout.")
     @click.option("--record-build-dir", is_flag=True, help="Also hash files written in the working directory.")
     @click.option("--limit-memory", metavar="SIZE", help="Memory of the whole run (e.g. 4G; default: 3/4 of RAM).")
     @click.option("--limit-processes", metavar="N", help="Live processes at once (default 2048).")

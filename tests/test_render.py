@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import posixpath
 import re
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from pipguard.errors import UsageError
 from pipguard.render import FORMATS, get, printable
 from pipguard.render import json as json_render
-from pipguard.render import sarif, table
+from pipguard.render import markdown, sarif, table
 from pipguard.report import (
     SCHEMA,
     Event,
@@ -72,7 +73,8 @@ def blocked_report() -> Report:
 
 
 def test_formats_and_get():
-    assert FORMATS == ("table", "json", "sarif")
+    assert FORMATS == ("table", "json", "sarif", "markdown")
+    assert get("markdown") is markdown.render
     assert get("table") is table.render
     assert get("json") is json_render.render
     assert get("sarif") is sarif.render
@@ -82,7 +84,7 @@ def test_get_unknown_is_usage_error():
     with pytest.raises(UsageError) as info:
         get("xml")
     assert "xml" in info.value.message
-    assert "table, json, sarif" in info.value.hint
+    assert "table, json, sarif, markdown" in info.value.hint
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -396,3 +398,218 @@ def test_findings_and_informational_events_are_shown_apart_and_tagged_in_json():
     assert "Blocked (1)" in blocked and "loopback-bind" not in blocked and ".netrc" not in blocked
     assert "loopback-bind" in rest and "config-lookup" in rest and "exec" not in rest
     assert table.headline(make(events=events[1:])).startswith("pipguard: CLEAN")
+
+
+# -- markdown ----------------------------------------------------------------
+#
+# The job summary is read as GitHub renders it: cmark-gfm (GitHub's own
+# parser, with its table, autolink, tagfilter and strikethrough extensions) in
+# unsafe mode, so any raw HTML a package smuggled through would show up as a
+# tag. The HTML is then parsed back into tags and table cells.
+
+from html.parser import HTMLParser  # noqa: E402
+
+from pipguard.install import InstallResult, PackageResult, Phase  # noqa: E402
+
+#: Strings a package controls (its name, a path, a hostname, argv) that try to
+#: break out of a table cell or a code span, or inject HTML, links or images.
+HOSTILE = (
+    "evil|pipe || | --- |",
+    "`tick` `` ``` double",
+    "<script>alert(1)</script>",
+    "<img src=x onerror=alert(1)>",
+    "</td></tr></table></details><h1>owned</h1>",
+    "line1\nline2\r\n| x | y |",
+    "[click me](https://evil.example/a) ![img](https://evil.example/i.png)",
+    "https://evil.example/raw www.evil.example <https://evil.example/auto>",
+    "**bold** _em_ ~~gone~~ # heading > quote",
+    "&lt;not-a-tag&gt; &amp; &#60;b&#62;",
+    "\x1b[31mred\x1b[0m \u202eevil-right-to-left",
+    "trailing backslash \\",
+    "<!-- unclosed comment",
+    "` leading backtick",
+)
+
+#: Tags the summary itself uses; anything else came from a package.
+SUMMARY_TAGS = {"h3", "h4", "p", "blockquote", "strong", "code", "table", "thead", "tbody", "tr",
+                "th", "td", "ul", "li", "details", "summary", "sub", "br"}
+
+
+class _Html(HTMLParser):
+    """Tags in order, and the text of every table cell, row by row."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list = []
+        self.tables: list = []  # [[row cells...]...] per table
+        self._cell = None
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        if tag == "table":
+            self.tables.append([])
+        elif tag == "tr":
+            self.tables[-1].append([])
+        elif tag in ("td", "th"):
+            self._cell = ""
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None:
+            self.tables[-1][-1].append(self._cell)
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell += data
+
+    def handle_comment(self, data):
+        self.tags.append("!--")
+
+
+def gfm(text: str) -> _Html:
+    cmarkgfm = pytest.importorskip("cmarkgfm")  # in the test extra: CI has it
+    from cmarkgfm.cmark import Options
+
+    parsed = _Html()
+    parsed.feed(cmarkgfm.github_flavored_markdown_to_html(text, options=Options.CMARK_OPT_UNSAFE))
+    return parsed
+
+
+def install_result(status="refused", packages=(), phases=(), message="", findings=()):
+    return InstallResult(("pipguard", "install", "--sandbox", "-r", "requirements.txt"), status,
+                         tuple(phases), tuple(packages), tuple(findings), message)
+
+
+def finding(package="evil", rule="pth-executable", member="evil.pth", line=1, message="executable .pth line",
+            evidence="import os; os.system('curl x')", severity="critical"):
+    from pipguard.gate import Finding
+
+    return Finding(package, f"{package}-1.0-py3-none-any.whl", severity, rule, member, line, message, evidence)
+
+
+def refused_result(name="evil", target="/home/u/.ssh/id_rsa", argv0="/usr/bin/python3", host="evil.example:443",
+                   gate_evidence="import os; os.system('curl x')"):
+    events = (ev(1, target=target, pid=43, rule="secret-read", python="/tmp/b/setup.py:3", seen_by=["audit", "os"]),
+              ev(2, "network", target=host, pid=43, rule="no-network"),
+              ev(3, "network", target="::1:0", pid=43, rule="loopback-bind"))
+    build = make(exit_code=1, events=events, processes=(ProcessRecord(43, 42, (argv0, "setup.py")),),
+                 network=(NetworkAttempt("inet", "tcp", "93.184.216.34", 443, "evil.example", "blocked", 43),))
+    packages = (PackageResult(name, "1.0", f"{name}-1.0.tar.gz", "ab" * 32, True, "blocked", (),
+                              build.blocked_events),
+                PackageResult("gated", "2.0", "gated-2.0-py3-none-any.whl", "cd" * 32, False, "gate",
+                              (finding("gated", evidence=gate_evidence),)),
+                PackageResult("fine", "3.10", "fine-3.10-py3-none-any.whl", "ef" * 32, False, "clean"))
+    return install_result("refused", packages, (Phase("build", name, build),),
+                          f"refused: blocked attempts while building {name}")
+
+
+def test_markdown_install_sections_in_order():
+    text = markdown.render_result(refused_result())
+    first = text.splitlines()[0]
+    assert first.startswith("### ❌ pipguard install: REFUSED"), first
+    assert "2 blocked attempts" in first and "1 gate finding" in first and "nothing was installed" in first
+    order = [text.index(h) for h in ("#### Packages (3)", "#### Gate findings (1)", "#### Blocked attempts (2)",
+                                     "#### What to do next", "<details>")]
+    assert order == sorted(order)
+    html = gfm(text)
+    packages, findings, blocked = html.tables[:3]
+    assert packages[0] == ["package", "version", "from", "verdict", "gate findings", "blocked", "sha256"]
+    assert packages[1:] == [["evil", "1.0", "sdist", "❌ blocked", "0", "2", "abababababab"],
+                            ["gated", "2.0", "wheel", "❌ gate", "1", "0", "cdcdcdcdcdcd"],
+                            ["fine", "3.10", "wheel", "✅ clean", "0", "0", "efefefefefef"]]
+    assert findings[1] == ["gated", "critical", "pth-executable", "evil.pth:1", "executable .pth line",
+                           "import os; os.system('curl x')"]
+    # the informational loopback probe is not a blocked attempt
+    assert blocked[0] == ["kind", "target", "process", "layer", "rule", "python", "phase"]
+    assert blocked[1:] == [
+        ["file-read", "/home/u/.ssh/id_rsa", "43 (python3)", "audit,os", "secret-read", "/tmp/b/setup.py:3",
+         "build of evil"],
+        ["network", "evil.example:443", "43 (python3)", "os", "no-network", "—", "build of evil"]]
+
+
+def test_markdown_next_steps_name_the_package_the_host_and_the_choices():
+    text = markdown.render_result(refused_result())
+    steps = text.split("#### What to do next", 1)[1].split("<details>", 1)[0]
+    assert "**Review**" in steps and "`evil`" in steps
+    assert "**Allow a host**" in steps and "`--allow-build-host evil.example:443`" in steps
+    assert "::1:0" not in steps  # informational: nothing to allow
+    assert "**Approve**" in steps and "sha256" in steps
+    assert "**Drop**" in steps
+
+
+def test_markdown_run_report(blocked_report):
+    text = markdown.render(blocked_report)
+    assert text.splitlines()[0] == "### ❌ pipguard run: BLOCKED — 2 blocked attempts, exit 1"
+    assert "`--allow-host evil.example:443`" in text  # run's flag, not install's
+    html = gfm(text)
+    blocked = html.tables[0]
+    assert [row[1] for row in blocked[1:]] == ["/home/u/.ssh/id_rsa", "evil.example:443"]  # seq order
+    assert "phase" not in blocked[0]
+
+
+def test_markdown_clean_install_and_error():
+    clean = install_result("installed", (PackageResult("fine", "1.0", "fine-1.0.tar.gz", "0" * 64, True, "clean"),),
+                           message="installed")
+    text = markdown.render_result(clean)
+    assert text.startswith("### ✅ pipguard install: installed — 1 package\n")
+    assert "What to do next" not in text and "evidence, not proof" in text
+    error = markdown.render_result(install_result("error", message="pip download failed (exit 1)"))
+    assert error.startswith("### ⚠️ pipguard install: ERROR — environment unchanged\n")
+    assert "pip download failed \\(exit 1\\)" in error and "could not finish" in error
+
+
+def test_markdown_renders_saved_reports_and_tolerates_new_fields():
+    result = refused_result()
+    data = json.loads(json.dumps(result.to_json()))
+    assert markdown.from_json(data) == markdown.render_result(result)
+    data["events"][0]["severity"] = "info"  # a newer report says per event what counts
+    data["future_field"] = {"x": 1}
+    data["packages"][0]["hook_calls"] = [{"hook": "build_wheel"}]
+    assert "1 blocked attempt," in markdown.from_json(data).splitlines()[0]
+    assert markdown.from_json({}).startswith("### ⚠️ pipguard run: ERROR")
+
+
+@pytest.mark.parametrize("hostile", HOSTILE)
+def test_markdown_escapes_hostile_strings(hostile):
+    result = refused_result(name=hostile, target=hostile, argv0="/bin/" + hostile, host=hostile,
+                            gate_evidence=hostile)
+    text = markdown.render_result(result)
+    html = gfm(text)
+    assert set(html.tags) <= SUMMARY_TAGS, sorted(set(html.tags) - SUMMARY_TAGS)
+    assert html.tags.count("h3") == 1 and html.tags.count("details") == 1
+    shown = printable(hostile)
+    assert "\x1b" not in text and "\u202e" not in text and "\r" not in text
+    packages, findings, blocked = html.tables[:3]
+    # every row kept its cells: nothing ended a row or added a column
+    for table_ in html.tables:
+        assert len({len(row) for row in table_}) == 1, table_
+    assert len(packages) == 4 and len(blocked) == 3
+    # ... and the cells show the value as it is (shortened at most)
+    assert packages[1][0] == markdown._shorten(shown, 60)
+    assert blocked[1][1] == markdown._shorten(shown, markdown.MAX_CELL)
+    assert blocked[1][2] == "43 (" + markdown._shorten(posixpath.basename("/bin/" + shown) or "/bin/" + shown, 40) + ")"
+    assert findings[1][5] == markdown._shorten(shown, markdown.MAX_CELL)
+
+
+@pytest.mark.parametrize("hostile", HOSTILE)
+def test_markdown_escapes_hostile_free_text(hostile):
+    result = install_result("error", message=hostile)
+    html = gfm(markdown.render_result(result))
+    assert set(html.tags) <= SUMMARY_TAGS, sorted(set(html.tags) - SUMMARY_TAGS)
+    assert "a" not in html.tags and "img" not in html.tags
+
+
+def test_markdown_code_span_fences():
+    assert markdown.code("a`b") == "``a`b``"
+    assert markdown.code("``x``") == "``` ``x`` ```"
+    assert markdown.code("a|b") == "`a\\|b`" and markdown.code("a|b", cell=False) == "`a|b`"
+    assert markdown.code("") == "—"
+    assert markdown.text("[x](y)") == "\\[x\\]\\(y\\)"
+
+
+def test_markdown_tables_are_bounded():
+    many = tuple(ev(i, target=f"/secret/{i}") for i in range(1, 80))
+    text = markdown.render(make(exit_code=1, events=many))
+    blocked = gfm(text).tables[0]
+    assert len(blocked) == markdown.MAX_ROWS + 1
+    assert "… and 29 more (see the JSON report)" in text

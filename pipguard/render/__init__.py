@@ -4,7 +4,7 @@ Every renderer is a pure function ``render(report, *, color=False) -> str``:
 no printing, no I/O, no clock. The CLI picks one with :func:`get`, decides
 whether colour is wanted (a TTY and no ``NO_COLOR``), and writes the text.
 ``color`` is a request, not a guarantee: formats meant for machines (json,
-sarif) ignore it.
+sarif) and markdown ignore it.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pipguard.report import Report
 
 #: The names ``--format`` accepts, in the order ``--help`` shows them.
-FORMATS = ("table", "json", "sarif")
+FORMATS = ("table", "json", "sarif", "markdown")
 
 #: ``render(report, *, color=False) -> str``
 Renderer = Callable[..., str]
