@@ -198,7 +198,9 @@ def _install(sandbox_only: bool, kw: dict) -> None:
     progress = (lambda m: click.echo(f"pipguard: {m}", err=True)) if quiet == 0 else None
     _sigterm_like_ctrl_c()
     _resume_gc()
-    result = Installer(options, progress=progress).run()
+    # stdout carries the report in the machine formats: pip's own output goes to stderr then
+    result = Installer(options, progress=progress,
+                       pip_stdout=None if kw["fmt"] == "table" else sys.stderr.fileno()).run()
     from pipguard.render import install as render_install
 
     if report_path:

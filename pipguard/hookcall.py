@@ -203,6 +203,9 @@ def sandbox_policy(call: HookCall, *, isolation: str, build_hosts: Sequence[Host
         allow_write=tuple(dict.fromkeys([*call.writes, *extra_write])),
         timeout=timeout, keep_env=tuple(dict.fromkeys([*HOOK_ENV, *keep_env])),
         observe_reads=observe_reads,
+        # pip's temporary area (where the control dir is): every other build of
+        # this install lives there; looking into it is reported, not only refused
+        private_roots=(os.path.dirname(call.control_dir),),
     )
 
 

@@ -178,7 +178,9 @@ class Installer:
     """Runs pip with the seam; ``options.sandbox_only`` installs nothing."""
 
     def __init__(self, options: InstallOptions, *, progress: Optional[Progress] = None,
-                 env: Optional[Dict[str, str]] = None) -> None:
+                 env: Optional[Dict[str, str]] = None, pip_stdout: Optional[int] = None) -> None:
+        """``pip_stdout``: a file descriptor for pip's standard output (None:
+        this process's); the CLI sends it to stderr when stdout carries a report."""
         self.options = options
         python = options.python
         self.python = os.path.abspath(python) if python else sys.executable
@@ -186,6 +188,7 @@ class Installer:
             raise UsageError(f"--python {python}: not an executable interpreter")
         self.progress = progress or (lambda message: None)
         self.env = dict(os.environ if env is None else env)
+        self.pip_stdout = pip_stdout
         self.phases: List[Phase] = []
         self.hook_results: List[HookResult] = []
         self.gated: Dict[str, PackageResult] = {}
@@ -211,7 +214,8 @@ class Installer:
         env = dict(self.env, PIPGUARD_SEAM=server.env_value)
         proc = None
         try:
-            proc = subprocess.Popen([self.python, TARGET_SCRIPT, "pip", "install", *pip_args], env=env)
+            proc = subprocess.Popen([self.python, TARGET_SCRIPT, "pip", "install", *pip_args], env=env,
+                                    stdout=self.pip_stdout)
             server.serve(proc.pid, {"hook": self._on_hook, "gate": self._on_gate,
                                     "refuse": self._on_refuse})
             returncode = proc.wait()

@@ -109,6 +109,8 @@ class Plan:
     proxy_port: Optional[int] = None
     # PATH directories inside a home made readable (see toolchain_roots); also in read_roots
     toolchain_roots: Tuple[str, ...] = ()
+    # reads below these outside the grants are findings (Policy.private_roots)
+    private_roots: Tuple[str, ...] = ()
 
 
 def home_directories(env: Optional[Mapping[str, str]] = None) -> Tuple[str, ...]:
@@ -330,6 +332,7 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
         "read": read_roots,
         "write": write_roots,
         "write_files": [fifo],
+        "private": list(policy.private_roots),
         "network": network,
         # the sandbox itself reaches only the proxy; the proxy enforces the hosts
         "hosts": [f"127.0.0.1:{proxy_port}"] if network == "hosts" else [],
@@ -370,7 +373,7 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
         tmp_dir=tmp_dir, home_dir=home_dir, env=kept, env_removed=removed, homes=homes,
         read_roots=tuple(read_roots), write_roots=tuple(write_roots), os_spec=os_spec,
         os_required=policy.isolation == "os", unavailable=unavailable, proxy_port=proxy_port,
-        toolchain_roots=toolchains,
+        toolchain_roots=toolchains, private_roots=tuple(policy.private_roots),
     )
 
 

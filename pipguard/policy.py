@@ -94,6 +94,10 @@ class Policy:
       (Python audit hooks only, for non-Linux hosts).
     - ``timeout``: seconds; None means no limit.
     - ``writable_cwd``: the working directory is the build dir and writable.
+    - ``private_roots``: directories that hold other tenants' data (``install``:
+      pip's temporary area, where the other builds of the install live); a
+      read below them outside the grants is a finding (``foreign-read``), not
+      only refused. Empty: none.
     - ``observe_reads``: ask the supervisor to observe every ``open`` for
       evidence of native reads (costly; Landlock blocks them either way).
     - Resource limits (:mod:`pipguard.limits` says how each is enforced; the
@@ -119,6 +123,7 @@ class Policy:
     limit_memory: Optional[int] = None
     limit_cpu: float = limits.DEFAULT_CPU_SECONDS
     limit_write: int = limits.DEFAULT_WRITE_BYTES
+    private_roots: Tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.isolation not in ISOLATION_LEVELS:
@@ -154,6 +159,8 @@ class Policy:
         object.__setattr__(self, "allow_hosts", hosts)
         object.__setattr__(self, "allow_write", _absolute_existing(tuple(self.allow_write), "--allow-write"))
         object.__setattr__(self, "allow_read", _absolute_existing(tuple(self.allow_read), "--allow-read"))
+        object.__setattr__(self, "private_roots", _absolute_existing(tuple(self.private_roots),
+                                                                     "private_roots"))
         object.__setattr__(self, "keep_env", tuple(self.keep_env))
 
     @classmethod
@@ -171,7 +178,7 @@ class Policy:
     def to_json(self) -> dict:
         data = dataclasses.asdict(self)
         data["allow_hosts"] = [str(h) for h in self.allow_hosts]
-        for key in ("allow_write", "allow_read", "keep_env"):
+        for key in ("allow_write", "allow_read", "keep_env", "private_roots"):
             data[key] = list(data[key])
         return data
 

@@ -81,6 +81,7 @@ MESSAGES = {
     "secret-read": "this is a credential location",
     "secret-write": "this is a credential location",
     "home-read": "home directories are not readable in the sandbox",
+    "foreign-read": "this belongs to another build (pip's temporary area of this install)",
     "persistence": "startup and configuration files of a home directory are off limits",
     "write-outside-roots": "writes are allowed only in the build dir and the sandbox temp dir",
     "config-lookup": "configuration lookup in the sandbox home (it is empty)",
@@ -104,12 +105,16 @@ class Grants:
     read: Tuple[str, ...]
     write: Tuple[str, ...]
     write_files: FrozenSet[str] = frozenset()
+    #: directories holding other tenants' data (pip's temp area: other builds of the same
+    #: install): any read below them outside the grants is a finding, ``foreign-read``
+    private: Tuple[str, ...] = ()
 
     @classmethod
     def of(cls, homes: Sequence[str], sandbox_home: str, read: Sequence[str],
-           write: Sequence[str], write_files: Sequence[str] = ()) -> "Grants":
+           write: Sequence[str], write_files: Sequence[str] = (),
+           private: Sequence[str] = ()) -> "Grants":
         return cls(_norm(homes), sandbox_home.rstrip("/"), _norm(read), _norm(write),
-                   frozenset(write_files))
+                   frozenset(write_files), _norm(private))
 
 
 def _norm(paths: Sequence[str]) -> Tuple[str, ...]:
@@ -167,6 +172,8 @@ def read_rule(path: str, grants: Grants, inside: Callable[[int], bool]) -> Optio
         return "secret-read"
     if under(path, grants.homes) and not granted:
         return "home-read"
+    if under(path, grants.private) and not granted:
+        return "foreign-read"
     return None
 
 

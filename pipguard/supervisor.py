@@ -164,7 +164,7 @@ class Supervisor:
         from pipguard.plan import SYSTEM_READ
 
         self._grants = rules.Grants.of(plan.homes, plan.home_dir, plan.read_roots, plan.write_roots,
-                                       [plan.fifo])
+                                       [plan.fifo], plan.private_roots)
         tables = rules.native_tables(self._grants, SYSTEM_READ)
         self._fixed_fast = tuple(tables["fixed_fast"])
         self._read_fast = tuple(tables["read_fast"])
@@ -716,7 +716,7 @@ class Supervisor:
             self.add_event("file-write", BLOCKED, "supervisor", note.pid, path, rule, detail)
             return errno.EACCES
         rule = rules.read_rule(path, self._grants, inside)
-        if rule == "home-read" and not os.path.lexists(path):
+        if rule in ("home-read", "foreign-read") and not os.path.lexists(path):
             # Only existing files: interpreters probe for absent files in
             # their prefix (pyvenv.cfg...) and that reveals nothing.
             rule = None

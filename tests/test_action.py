@@ -361,15 +361,8 @@ def test_doc_workflow_installs_and_reports(doc_run, index):
     assert index.token not in summary and all(index.token not in v for v in out.values())
 
 
-#: pip's own messages must not reach pipguard's stdout when a report format is printed there
-#: (DESIGN.md "CLI contract"): with pip's output mixed in, the action sees no SARIF, warns, and
-#: uploads nothing. Strict: this fails once install keeps stdout clean; then drop the marker.
-SARIF_ON_STDOUT = pytest.mark.xfail(
-    strict=True, reason="install --sandbox (pip as it is on main) writes pip's output to stdout, "
-                        "so --format sarif prints no SARIF")
-
-
-@SARIF_ON_STDOUT
+# pip's own messages must not reach pipguard's stdout when a report format is printed there
+# (DESIGN.md "CLI contract"): with pip's output mixed in, the action would see no SARIF.
 def test_doc_workflow_uploads_its_sarif(doc_run):
     # the doc asks for SARIF: the upload step got the file pipguard wrote
     out = doc_run.outputs()
@@ -413,7 +406,6 @@ def test_refused_install_fails_the_job_after_the_upload(refused_run, home_module
     assert "::group::pipguard summary" in run.stdout
 
 
-@SARIF_ON_STDOUT
 def test_refused_install_still_uploads_its_sarif(refused_run):
     # uploaded even though the job fails: the gate comes after the upload
     out = refused_run.outputs()

@@ -196,7 +196,9 @@ def test_wheel_dropped_next_to_its_own_is_refused(tmp_path, fake_home, route, ta
         class dropping(bdist_wheel):
             def run(self):
                 super().run()
-                with open(os.path.join(self.dist_dir, 'pip-99-py3-none-any.whl'), 'wb') as handle:
+                # setuptools builds in WHEEL_DIRECTORY/.tmp-*: the parent is the directory pip gave
+                out = os.path.dirname(os.path.abspath(self.dist_dir))
+                with open(os.path.join(out, 'pip-99-py3-none-any.whl'), 'wb') as handle:
                     handle.write(b'PK\\x05\\x06' + b'\\0' * 18)
 
         setup(name='dropper', version='1.0', packages=['dropper'], cmdclass={'bdist_wheel': dropping})

@@ -129,6 +129,7 @@ def _make_hook(config, dumps=None):
     read_roots = norm_roots(config.get("read", ()))
     write_roots = norm_roots(config.get("write", ()))
     write_files = frozenset(config.get("write_files", ()))
+    private_roots = norm_roots(config.get("private", ()))
     network = config.get("network", "none")
     allow_hosts = frozenset(config.get("hosts", ()))
     subprocess_ok = bool(config.get("subprocess", True))
@@ -156,6 +157,7 @@ def _make_hook(config, dumps=None):
     config_names = frozenset(CONFIG_LOOKUPS)
     secret_set, secret_under = frozenset(SYSTEM_SECRETS), tuple(s + "/" for s in SYSTEM_SECRETS)
     home_set, home_under, home_all = roots_sets(homes)
+    private_set, private_under, _private_all = roots_sets(private_roots)
     rw_set, rw_under, rw_all = roots_sets(read_roots + write_roots)
     w_set, w_under, w_all = roots_sets(write_roots)
 
@@ -467,7 +469,8 @@ def _make_hook(config, dumps=None):
     def read_rule(path, _proc_other=proc_other, _in_homes=in_homes, _cred=cred_names,
                   _secret=secret_set, _secret_under=secret_under, _home=home_set,
                   _home_under=home_under, _home_all=home_all, _rw=rw_set, _rw_under=rw_under,
-                  _rw_all=rw_all, _config=config_names,
+                  _rw_all=rw_all, _config=config_names, _private=private_set,
+                  _private_under=private_under,
                   _decoy=sandbox_home + "/" if sandbox_home else "\0"):
         """The rule a read of this physical path breaks, "config-lookup"
         (allowed, reported as information), or None (see rules.read_rule)."""
@@ -482,6 +485,9 @@ def _make_hook(config, dumps=None):
         if (secret or _home_all or path in _home or path.startswith(_home_under)) and not (
                 _rw_all or path in _rw or path.startswith(_rw_under)):
             return "secret-read" if secret else "home-read"
+        if (path in _private or path.startswith(_private_under)) and not (
+                _rw_all or path in _rw or path.startswith(_rw_under)):
+            return "foreign-read"
         return None
 
     def write_rule(path, _in_homes=in_homes, _pers=pers_names, _write_files=write_files,
@@ -517,7 +523,7 @@ def _make_hook(config, dumps=None):
             cut = path.find("/", cut + 1)
 
     ancestors = {"/"}
-    for p in homes + read_roots + write_roots + SYSTEM_SECRETS + tuple(write_files) + (
+    for p in homes + private_roots + read_roots + write_roots + SYSTEM_SECRETS + tuple(write_files) + (
             "/proc", "/dev/pts", "/dev/null", "/dev/tty", "/dev/zero", "/dev/full", "/dev/stdout",
             "/dev/stderr"):
         ancestors.update(strict_ancestors(p))
