@@ -148,3 +148,54 @@ def try_one_bin() -> Path:
 def try_one_py() -> list:
     """argv prefix running ``tests/helpers/try_one.py`` with this interpreter (``-I``)."""
     return support.try_one_py_argv()
+
+
+# --- pipguard install ----------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def sdists(tmp_path_factory):
+    """Real sdists of the install corpus (tests/packages), built once per session."""
+    from support import build_sdist
+    from support.corpus import project
+    from support.pipinstall import CORPUS
+
+    out = tmp_path_factory.mktemp("sdists")
+    for name in CORPUS:
+        build_sdist(project(name), out)
+    return out
+
+
+@pytest.fixture
+def target(tmp_path, wheelhouse):
+    """A fresh target venv with its bundled pip."""
+    from support.pipinstall import make_venv
+
+    return make_venv(tmp_path / "target", "bundled", wheelhouse)
+
+
+@pytest.fixture(params=["bundled", "26.3"])
+def any_pip_target(request, tmp_path, wheelhouse):
+    """A fresh target venv with each tested pip (support.pipinstall.PIPS)."""
+    from support.pipinstall import make_venv
+
+    return make_venv(tmp_path / "target", request.param, wheelhouse)
+
+
+@pytest.fixture(params=["index", "find-links"])
+def route(request, wheelhouse, sdists):
+    """Both routes users run: a loopback index (credentials in PIP_INDEX_URL) and --find-links."""
+    from support.pipinstall import Route
+
+    r = Route(request.param, [wheelhouse, sdists])
+    yield r
+    r.stop()
+
+
+@pytest.fixture
+def links(wheelhouse, sdists):
+    """The find-links route only (tests about one behaviour, not about the route)."""
+    from support.pipinstall import Route
+
+    r = Route("find-links", [wheelhouse, sdists])
+    yield r
+    r.stop()

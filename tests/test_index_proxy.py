@@ -17,7 +17,7 @@ import pytest
 from pg import pipguard
 from support import build_sdist
 from support.corpus import project
-from test_install import listing
+from support.pipinstall import listing
 
 PY = sys.executable
 

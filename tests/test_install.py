@@ -6,132 +6,18 @@ refusal is checked against a byte-for-byte listing of the target environment."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
 import subprocess
-import sys
 import tarfile
 import textwrap
-from pathlib import Path
 
 import pytest
 
-from support import LoopbackIndex, build_sdist
+from support import build_sdist
 from support.corpus import project
-
-PY = sys.executable
-
-
-@pytest.fixture(scope="session")
-def sdists(tmp_path_factory):
-    out = tmp_path_factory.mktemp("sdists")
-    for name in ("legit_pure", "legit_cext", "steal_at_build", "steal_at_metadata", "native_helper",
-                 "pth_dropper", "bashrc_persist", "env_grandchild"):
-        build_sdist(project(name), out)
-    return out
-
-
-#: the pips tested: the venv's bundled one (23.2 on 3.11) and the newest (26.3, Python >= 3.10)
-PIPS = ["bundled", "26.3"]
-
-
-def make_venv(path: Path, pip: str, wheelhouse: Path) -> Path:
-    subprocess.run([PY, "-m", "venv", str(path)], check=True)
-    if pip != "bundled":
-        subprocess.run([str(path / "bin" / "python"), "-m", "pip", "install", "-q", "--no-index",
-                        "-f", str(wheelhouse), f"pip=={pip}"], check=True,
-                       env={"PATH": os.environ["PATH"], "PIP_CONFIG_FILE": os.devnull})
-    return path
-
-
-@pytest.fixture
-def target(tmp_path, wheelhouse):
-    return make_venv(tmp_path / "target", "bundled", wheelhouse)
-
-
-@pytest.fixture(params=PIPS)
-def any_pip_target(request, tmp_path, wheelhouse):
-    """A target venv with each tested pip."""
-    return make_venv(tmp_path / "target", request.param, wheelhouse)
-
-
-class Route:
-    """How pip finds packages: ``index`` (a loopback PEP 503 index with credentials in
-    PIP_INDEX_URL, as a private index has) or ``find-links`` (--no-index -f DIR)."""
-
-    def __init__(self, kind, dirs):
-        self.kind = kind
-        self.dirs = list(dirs)
-        self.index = LoopbackIndex(self.dirs).start() if kind == "index" else None
-
-    def add(self, directory):
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        self.dirs.append(directory)
-        if self.index:
-            self.index.dirs.append(directory)
-        return directory
-
-    def args(self):
-        if self.index:
-            return []
-        return ["--no-index", *[a for d in self.dirs for a in ("-f", str(d))]]
-
-    def env(self):
-        return {"PIP_INDEX_URL": self.index.url} if self.index else {}
-
-    def stop(self):
-        if self.index:
-            self.index.stop()
-
-
-@pytest.fixture(params=["index", "find-links"])
-def route(request, wheelhouse, sdists):
-    r = Route(request.param, [wheelhouse, sdists])
-    yield r
-    r.stop()
-
-
-@pytest.fixture
-def links(wheelhouse, sdists):
-    """The find-links route only (tests about one behaviour, not about the route)."""
-    r = Route("find-links", [wheelhouse, sdists])
-    yield r
-    r.stop()
-
-
-def listing(venv: Path) -> dict:
-    """path -> sha256 of every file in the environment (the 'unchanged' check)."""
-    out = {}
-    for root, _dirs, files in os.walk(venv):
-        for name in files:
-            path = Path(root, name)
-            if path.is_symlink():
-                out[str(path)] = "link:" + os.readlink(path)
-            else:
-                out[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return out
-
-
-def pg_install(args, *, home, target, route, cwd, extra_env=None, command="install", timeout=600):
-    report = Path(cwd) / "install-report.json"
-    argv = [PY, "-m", "pipguard", command, *(["--sandbox"] if command == "install" else []),
-            "--python", str(target / "bin" / "python"), *route.args(), "--report", str(report), *args]
-    if command == "install" and "--no-sandbox" in args:
-        argv.remove("--sandbox")
-        argv.remove("--no-sandbox")
-    env = home.env(dict(route.env(), **(extra_env or {})))
-    proc = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, timeout=timeout)
-    data = json.loads(report.read_text()) if report.exists() else None
-    return proc, data
-
-
-def site_import(target: Path, module: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(target / "bin" / "python"), "-c", f"import {module}"],
-                          capture_output=True, text=True)
+from support.pipinstall import PY, listing, pg_install, site_import
 
 
 def test_legit_pure_installs(tmp_path, fake_home, route, target):

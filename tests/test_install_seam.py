@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from support import build_sdist
-from test_install import PY, Route, listing, make_venv, pg_install, site_import  # noqa: F401
-from test_install import any_pip_target, route, sdists, target  # noqa: F401 (fixtures)
+from support.pipinstall import Route, listing, pg_install, site_import
 
 BACKEND = '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
 

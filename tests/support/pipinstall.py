@@ -1,0 +1,92 @@
+"""Running ``pipguard install`` the way users do, for the install tests: target venvs with a
+given pip, the two routes (a loopback index with credentials in PIP_INDEX_URL, and
+--no-index --find-links), the byte-for-byte listing of an environment."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from .index import LoopbackIndex
+
+PY = sys.executable
+#: the pips tested: the venv's bundled one (23.2 on 3.11) and the newest (26.3, Python >= 3.10)
+PIPS = ["bundled", "26.3"]
+#: corpus projects every install test can name
+CORPUS = ("legit_pure", "legit_cext", "steal_at_build", "steal_at_metadata", "native_helper",
+          "pth_dropper", "bashrc_persist", "env_grandchild")
+
+
+def make_venv(path: Path, pip: str, wheelhouse: Path) -> Path:
+    """A venv at ``path`` with its bundled pip, or ``pip`` (a version) from the wheelhouse."""
+    subprocess.run([PY, "-m", "venv", str(path)], check=True)
+    if pip != "bundled":
+        subprocess.run([str(path / "bin" / "python"), "-m", "pip", "install", "-q", "--no-index",
+                        "-f", str(wheelhouse), f"pip=={pip}"], check=True,
+                       env={"PATH": os.environ["PATH"], "PIP_CONFIG_FILE": os.devnull})
+    return path
+
+
+class Route:
+    """How pip finds packages: ``index`` (a loopback PEP 503 index with credentials in
+    PIP_INDEX_URL, as a private index has) or ``find-links`` (--no-index -f DIR)."""
+
+    def __init__(self, kind, dirs):
+        self.kind = kind
+        self.dirs = list(dirs)
+        self.index = LoopbackIndex(self.dirs).start() if kind == "index" else None
+
+    def add(self, directory):
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.dirs.append(directory)
+        if self.index:
+            self.index.dirs.append(directory)
+        return directory
+
+    def args(self):
+        if self.index:
+            return []
+        return ["--no-index", *[a for d in self.dirs for a in ("-f", str(d))]]
+
+    def env(self):
+        return {"PIP_INDEX_URL": self.index.url} if self.index else {}
+
+    def stop(self):
+        if self.index:
+            self.index.stop()
+
+
+def listing(venv: Path) -> dict:
+    """path -> sha256 of every file in the environment (the 'unchanged' check)."""
+    out = {}
+    for root, _dirs, files in os.walk(venv):
+        for name in files:
+            path = Path(root, name)
+            if path.is_symlink():
+                out[str(path)] = "link:" + os.readlink(path)
+            else:
+                out[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+def pg_install(args, *, home, target, route, cwd, extra_env=None, command="install", timeout=600):
+    report = Path(cwd) / "install-report.json"
+    argv = [PY, "-m", "pipguard", command, *(["--sandbox"] if command == "install" else []),
+            "--python", str(target / "bin" / "python"), *route.args(), "--report", str(report), *args]
+    if command == "install" and "--no-sandbox" in args:
+        argv.remove("--sandbox")
+        argv.remove("--no-sandbox")
+    env = home.env(dict(route.env(), **(extra_env or {})))
+    proc = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, timeout=timeout)
+    data = json.loads(report.read_text()) if report.exists() else None
+    return proc, data
+
+
+def site_import(target: Path, module: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(target / "bin" / "python"), "-c", f"import {module}"],
+                          capture_output=True, text=True)
