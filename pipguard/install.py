@@ -210,8 +210,12 @@ class Installer:
             pip_args += ["--only-binary", ":all:"]
         if self.options.sandbox_only and not any(a in ("-q", "--quiet") for a in pip_args):
             pass
+        from pipguard._seam.target import move_credentials
+
+        # credentials in -i/--extra-index-url/-f URLs: into pip's environment, not its argv
+        pip_args, env = move_credentials(pip_args, self.env)
         server = SeamServer()
-        env = dict(self.env, PIPGUARD_SEAM=server.env_value)
+        env = dict(env, PIPGUARD_SEAM=server.env_value)
         proc = None
         try:
             proc = subprocess.Popen([self.python, TARGET_SCRIPT, "pip", "install", *pip_args], env=env,

@@ -238,7 +238,19 @@ with open(os.path.join('hunter', 'loot.py'), 'w') as handle:
 """
 
 
-@pytest.mark.parametrize("style", ["quiet", "loud"])
+NATIVE_HUNT = """
+import os, subprocess
+# native reads of every command line (unobserved with --no-observe-reads): pip's own
+# subprocesses get the index URL, but never on their command line
+loot = subprocess.run(['sh', '-c', 'cat /proc/[0-9]*/cmdline /proc/[0-9]*/task/*/cmdline 2>/dev/null'],
+                      stdout=subprocess.PIPE).stdout.decode('latin-1')
+os.makedirs('hunter', exist_ok=True)
+with open(os.path.join('hunter', 'loot.py'), 'w') as handle:
+    handle.write('LOOT = ' + repr(loot) + '\\n')
+"""
+
+
+@pytest.mark.parametrize("style", ["quiet", "loud", "native-unobserved"])
 def test_index_credentials_never_reach_a_sandbox(tmp_path, fake_home, wheelhouse, sdists, target, style):
     """The token in PIP_INDEX_URL: not in any hook call's environ or argv, not in another
     process's /proc it could read, not in what gets installed."""
@@ -246,11 +258,25 @@ def test_index_credentials_never_reach_a_sandbox(tmp_path, fake_home, wheelhouse
     try:
         extra = route.add(tmp_path / "extra")
         proj = write_project(tmp_path / "h", "hunter")
-        hunt = CREDENTIAL_HUNT if style == "loud" else QUIET_HUNT
+        hunt = {"loud": CREDENTIAL_HUNT, "quiet": QUIET_HUNT, "native-unobserved": NATIVE_HUNT}[style]
         (proj / "setup.py").write_text(hunt + (proj / "setup.py").read_text())
+        if style == "native-unobserved":
+            # the hunt runs in a build requirement's build, inside the pip subprocess pip starts
+            # with the index URL (on its command line, had pipguard left it there); its loot
+            # rides into the build environment and from there into the installed package
+            dep = write_project(tmp_path / "d", "hunterdep")
+            (dep / "setup.py").write_text(hunt.replace("'hunter'", "'hunterdep'")
+                                          + (dep / "setup.py").read_text())
+            build_sdist(dep, extra)
+            (proj / "pyproject.toml").write_text(BACKEND.replace('"setuptools"', '"setuptools", "hunterdep"'))
+            (proj / "setup.py").write_text(
+                "import os\nimport hunterdep.loot\nos.makedirs('hunter', exist_ok=True)\n"
+                "open('hunter/loot.py', 'w').write('LOOT = ' + repr(hunterdep.loot.LOOT))\n"
+                + (proj / "setup.py").read_text().split("\n", 0)[0].split(hunt, 1)[-1])
         build_sdist(proj, extra)
         token = route.index.token
-        proc, report = pg_install(["hunter"], home=fake_home, target=target, route=route,
+        flags = ["--no-observe-reads"] if style == "native-unobserved" else []
+        proc, report = pg_install([*flags, "hunter"], home=fake_home, target=target, route=route,
                                   cwd=tmp_path)
         assert any(authorized for _m, _p, authorized in route.index.requests)  # the index was used
     finally:
@@ -259,8 +285,8 @@ def test_index_credentials_never_reach_a_sandbox(tmp_path, fake_home, wheelhouse
         if path.is_file():
             assert token.encode() not in path.read_bytes(), path
     assert token not in (tmp_path / "install-report.json").read_text()
-    if style == "quiet":
-        assert proc.returncode == 0, proc.stderr[-3000:]  # it read only what it may: installed
+    if style != "loud":
+        assert proc.returncode == 0, proc.stderr[-3000:]  # nothing reported: installed, token absent
         assert site_import(target, "hunter").returncode == 0
     else:
         assert proc.returncode == 1, proc.stderr[-3000:]  # it tried other processes' /proc
@@ -332,3 +358,16 @@ def test_target_interpreter_of_another_version(tmp_path, fake_home, route, versi
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert site_import(venv, "legit_pure").returncode == 0
     assert any(p["name"] == "build_wheel" for p in report["phases"])
+
+
+def test_credentials_leave_pip_command_lines():
+    """Index URLs with a user part move from a pip command line (world-readable in
+    /proc/PID/cmdline) into pip's environment variables, with pip's precedence kept."""
+    from pipguard._seam.target import move_credentials
+
+    args, env = move_credentials(
+        ["install", "-i", "https://u:t@h/simple", "--extra-index-url=https://a:b@x/s", "-f", "/local",
+         "--find-links", "http://plain/x", "--", "-i", "kept"], {"PIP_EXTRA_INDEX_URL": "https://e/s"})
+    assert args == ["install", "-f", "/local", "--find-links", "http://plain/x", "--", "-i", "kept"]
+    assert env == {"PIP_INDEX_URL": "https://u:t@h/simple",
+                   "PIP_EXTRA_INDEX_URL": "https://e/s https://a:b@x/s"}

@@ -135,6 +135,42 @@ def classify(argv):
     return "refuse", " ".join(argv[:6])
 
 
+#: pip options whose value may carry credentials (``https://user:token@host/...``), and the
+#: environment variable pip reads the same setting from (space-separated when repeated)
+_CREDENTIAL_OPTIONS = {"-i": "PIP_INDEX_URL", "--index-url": "PIP_INDEX_URL",
+                       "--extra-index-url": "PIP_EXTRA_INDEX_URL", "-f": "PIP_FIND_LINKS",
+                       "--find-links": "PIP_FIND_LINKS"}
+
+
+def move_credentials(args, env):
+    """(args, env) with every index/find-links URL that has a user part moved from the
+    command line (world-readable in /proc/PID/cmdline) into pip's environment variables
+    (readable only by processes that may ptrace pip: a Landlock-confined sandbox may not)."""
+    args, env = list(args), dict(env)
+    out, moved, i = [], {}, 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            out += args[i:]
+            break
+        name, value, step = arg, None, 1
+        if arg in _CREDENTIAL_OPTIONS and i + 1 < len(args):
+            value, step = args[i + 1], 2
+        elif arg.startswith("--") and "=" in arg and arg.split("=", 1)[0] in _CREDENTIAL_OPTIONS:
+            name, value = arg.split("=", 1)
+        if value is not None and "@" in value.split("/", 3)[2 if "://" in value else 0]:
+            moved.setdefault(_CREDENTIAL_OPTIONS[name], []).append(value)
+        else:
+            out += args[i:i + step]
+        i += step
+    for variable, values in moved.items():
+        if variable == "PIP_INDEX_URL":
+            env[variable] = values[-1]  # a store option: the command line's last one wins
+        else:  # append options: pip adds the command line's values to the environment's
+            env[variable] = " ".join([env[variable]] * bool(env.get(variable)) + values)
+    return out, env
+
+
 def rewrite(argv):
     """The command to start instead of ``argv`` (None: start it unchanged)."""
     kind, detail = classify(argv)
@@ -158,6 +194,12 @@ def install_seam(role):
         replacement = rewrite(argv)
         if replacement is not None:
             args, executable = replacement, None
+            if replacement[2:3] == ["runner"] and len(rest) > 4:
+                # a pip subprocess gets the index URLs on its command line: keep any
+                # credentials in them out of /proc/PID/cmdline (rest[4] is env, 3.9-3.13)
+                env = os.environ if rest[4] is None else rest[4]
+                args, env = move_credentials(args, env)
+                rest = rest[:4] + (env,) + rest[5:]
         return original(self, args, executable, *rest, **kwargs)
 
     subprocess.Popen._execute_child = _execute_child
