@@ -385,16 +385,18 @@ def _userns_fd(map_uid: int, map_gid: int, host_uid: int, host_gid: int) -> int:
         try:
             os.close(ready_r)
             os.close(done_w)
-            ok = _libc.unshare(CLONE_NEWUSER) == 0
-            os.write(ready_w, b"1" if ok else b"0")
+            err = 0 if _libc.unshare(CLONE_NEWUSER) == 0 else ctypes.get_errno()
+            os.write(ready_w, b"%d\n" % err)
             os.read(done_r, 1)
         finally:
             os._exit(0)
     os.close(ready_w)
     os.close(done_r)
     try:
-        if os.read(ready_r, 1) != b"1":
-            raise OSError(errno.EPERM, "unshare(CLONE_NEWUSER) for the idmapping failed")
+        err = int(os.read(ready_r, 16).strip() or errno.EPERM)
+        if err:
+            reason, hint = why_denied(err)
+            raise NamespaceError(f"the namespace backend is unavailable: {reason}", hint)
         _write(f"/proc/{pid}/uid_map", f"{map_uid} {host_uid} 1\n")
         _write(f"/proc/{pid}/gid_map", f"{map_gid} {host_gid} 1\n")
         return os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
