@@ -113,9 +113,9 @@ class Plan:
     # PATH directories inside a home made readable (see toolchain_roots); also in read_roots
     toolchain_roots: Tuple[str, ...] = ()
     # reads below these outside the grants are findings (Policy.private_roots)
+    private_roots: Tuple[str, ...] = ()
     #: the ns backend's new root (pipguard.backends.ns); None: the plain backend
     namespace: Optional["NamespaceSpec"] = None
-    private_roots: Tuple[str, ...] = ()
     #: write roots private to the sandbox (ns: its own /tmp and /dev/shm
     #: tmpfs): writable inside, never the host's directories of that name
     namespace_tmpfs: Tuple[str, ...] = ()
