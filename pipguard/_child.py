@@ -14,6 +14,9 @@ notified syscall and nobody would be listening yet.
 Confinement order (an invariant; each step relies on the previous one):
   1. new session (no controlling terminal: no TIOCSTI into the caller's tty)
   2. close every inherited descriptor except stdio and the control socket
+  2b. ``--isolation ns``: pipguard.backends.ns.enter() makes the namespaces
+     and the new root; it returns only in the command's process (pid 2 of
+     the new pid namespace), which goes on with step 3 in the new root
   3. chdir to the build dir (before Landlock: the walk needs no grant)
   4. oslayer.apply(): no_new_privs -> drop capabilities -> Landlock -> seccomp
   5. hand the listener fd to the supervisor, close the control socket
@@ -26,6 +29,7 @@ import json
 import os
 import signal
 
+from pipguard.backends import ns as ns_backend
 from pipguard.errors import PipguardError
 from pipguard.oslayer import OsLayerSpec, apply, caps, landlock, seccomp  # noqa: F401 (imported before fork)
 from pipguard.oslayer.seccomp import NOTIFIED
@@ -50,6 +54,7 @@ def confine_and_exec(config: dict) -> None:
         pass  # already a session leader (start_new_session)
     os.closerange(3, control_fd)
     os.closerange(control_fd + 1, 65536)
+    entered = ns_backend.enter(config["ns"], control_fd) if config.get("ns") else None
     os.chdir(config["cwd"])
 
     status = {"applied": [], "unavailable": {}, "landlock_abi": 0}
@@ -68,6 +73,9 @@ def confine_and_exec(config: dict) -> None:
                   "landlock_abi": applied.landlock_abi, "syscalls": NOTIFIED}
         listener = applied.listener_fd
     status["listener_fd"] = listener
+    if entered is not None:
+        status["ns"] = entered
+        status["applied"] = ["ns", *status["applied"]]
     _send(control_fd, status)
     # Wait until the supervisor holds the listener: our own execve below is a
     # notified syscall and would otherwise block on nobody.

@@ -23,7 +23,7 @@ import pipguard
 from pipguard import exitcodes, render
 from pipguard.errors import PipguardError, UsageError
 
-_ISOLATION_CHOICES = ("auto", "audit", "os")
+_ISOLATION_CHOICES = ("auto", "audit", "os", "ns")
 
 
 def _color(stream) -> bool:
@@ -117,7 +117,7 @@ def _run(isolation, allow_network, allow_hosts, allow_write, allow_read, deny_su
         allow_hosts=tuple(HostPort.parse(h) for h in allow_hosts),
         allow_subprocess=not deny_subprocess,
         allow_write=allow_write, allow_read=allow_read, keep_env=keep_env,
-        isolation=isolation, timeout=timeout, observe_reads=not no_observe_reads,
+        isolation=isolation, timeout=timeout, observe_reads=False if no_observe_reads else None,
         **limits.policy_settings(limit_memory, limit_processes, limit_cpu, limit_write),
     )
     _sigterm_like_ctrl_c()
@@ -354,7 +354,7 @@ def _click_app():
             click.option("--python", "python", metavar="PATH",
                          help="Install into this interpreter's environment, with its own pip "
                               "(default: pipguard's interpreter). Any CPython >= 3.9."),
-            click.option("--isolation", type=_ISOLATION, default="auto", show_default=True),
+            click.option("--isolation", type=click.Choice(["auto", "audit", "os"]), default="auto", show_default=True),  # ns: run only, for now
             click.option("--allow-build-host", "allow_build_hosts", multiple=True, metavar="HOST[:PORT]",
                          help="Let build hooks reach this host through pipguard's filtering proxy "
                               "(Rust/Go sdists fetching crates or modules); every destination is "

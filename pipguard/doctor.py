@@ -88,7 +88,17 @@ def checks(facts: HostFacts) -> List[Check]:
         out.append(Check("user_namespaces", "ok", "unprivileged user namespaces allowed", "the namespace layer (optional)"))
     else:
         out.append(Check("user_namespaces", "missing", facts.user_namespaces_reason, "the namespace layer (optional)"))
+    out.extend(ns_checks())
     return out
+
+
+def ns_checks() -> List[Check]:
+    """One line per part of the ns backend (``--isolation ns``; optional:
+    ``auto`` does not use it yet), tried for real in a throw-away child."""
+    from pipguard.backends import ns
+
+    return [Check(f"ns.{part.name}", "ok" if part.ok else "missing", part.reason or "works",
+                  "--isolation ns (optional)") for part in ns.probe().parts]
 
 
 def default_isolation_degraded(checks: Sequence[Check]) -> bool:

@@ -9,10 +9,12 @@ import json
 import os
 import signal
 import socket
+import struct
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
 from pipguard import notify
+from pipguard.backends import Entered
 from pipguard.errors import KernelError, LayerUnavailable, PipguardError
 from pipguard.plan import Plan
 
@@ -134,6 +136,8 @@ class Started:
     landlock_abi: int = 0
     #: nr -> name of the syscalls the child's filter notifies
     syscalls: Dict[int, str] = field(default_factory=dict)
+    #: what a backend other than plain set up (pipguard.backends.Entered)
+    entered: Optional[Entered] = None
 
 
 def start(plan: Plan, meanwhile: Optional[Callable[[], None]] = None,
@@ -162,7 +166,11 @@ def start(plan: Plan, meanwhile: Optional[Callable[[], None]] = None,
         "os_spec": plan.os_spec.to_json() if plan.os_spec else None,
         "os_required": plan.os_required,
         "rlimits": list(rlimits),
+        "ns": plan.namespace.to_json() if plan.namespace is not None else None,
     }
+    # The kernel tells us who sent the status line, in our pid namespace:
+    # under ns that is the command's process, whose pid nobody inside knows.
+    parent_sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
     # fork, not a second interpreter: the keeper is a copy of this process with
     # every module loaded (about 40 ms less per sandbox start, see
     # docs/performance.md). Other threads of the caller may run meanwhile:
@@ -188,7 +196,7 @@ def start(plan: Plan, meanwhile: Optional[Callable[[], None]] = None,
                 process.kill()
                 process.wait()
                 raise
-        line = _read_line(parent_sock)
+        line, sender = _read_line(parent_sock)
         if not line:
             process.wait()
             raise PipguardError(f"the sandbox launcher exited early (status {process.returncode})")
@@ -199,9 +207,11 @@ def start(plan: Plan, meanwhile: Optional[Callable[[], None]] = None,
         listener = None
         unavailable = dict(status.get("unavailable", {}))
         applied = tuple(status.get("applied", ()))
+        entered = _entered(status.get("ns"), sender)
+        command_pid = entered.command_pid if entered is not None else process.pid
         if status.get("listener_fd") is not None:
             try:
-                listener = notify.take_fd(process.pid, int(status["listener_fd"]))
+                listener = notify.take_fd(command_pid, int(status["listener_fd"]))
             except OSError as exc:
                 if plan.os_required:
                     process.kill()
@@ -219,11 +229,11 @@ def start(plan: Plan, meanwhile: Optional[Callable[[], None]] = None,
             raise LayerUnavailable("index-only network needs the seccomp supervisor, which is unavailable",
                                    hint="use a kernel with seccomp user notification, or --no-index with local files")
         if before_exec is not None:
-            before_exec(process.pid)
+            before_exec(command_pid)
         parent_sock.sendall(b"k")
         syscalls = {int(nr): str(name) for nr, name in (status.get("syscalls") or {}).items()}
         return Started(process, listener, applied, unavailable, int(status.get("landlock_abi", 0)),
-                       syscalls)
+                       syscalls, entered)
     except BaseException:
         process.kill()
         process.release()
@@ -232,11 +242,32 @@ def start(plan: Plan, meanwhile: Optional[Callable[[], None]] = None,
         parent_sock.close()
 
 
-def _read_line(sock: socket.socket) -> bytes:
-    data = b""
+def _read_line(sock: socket.socket) -> Tuple[bytes, int]:
+    """One line, and the host pid of the process that sent its last part
+    (SCM_CREDENTIALS; 0 if the kernel gave none)."""
+    data, sender = b"", 0
     while not data.endswith(b"\n"):
-        chunk = sock.recv(65536)
+        chunk, ancillary, _flags, _addr = sock.recvmsg(65536, socket.CMSG_SPACE(12))
         if not chunk:
             break
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(payload) >= 12:
+                sender = struct.unpack("iII", payload[:12])[0]
         data += chunk
-    return data.strip()
+    return data.strip(), sender
+
+
+def _entered(info: Optional[dict], sender: int) -> Optional[Entered]:
+    """What the ns backend's command process reported: its host pid is the
+    sender of the status line, pid 1 (pipguard's init, its parent) holds the
+    decoy watch, whose fd we take now."""
+    if not info:
+        return None
+    if sender <= 0:
+        raise PipguardError("the namespace backend's status came without the sender's credentials")
+    init_pid, _comm = notify.proc_stat(sender)
+    fds: Dict[str, int] = {}
+    if info.get("decoy_fd") is not None:
+        fds["decoys"] = notify.take_fd(init_pid, int(info["decoy_fd"]))
+    return Entered(sender, (init_pid,), fds, True,
+                   {"decoys": {int(k): str(v) for k, v in (info.get("decoys") or {}).items()}})

@@ -13,12 +13,15 @@ import shutil
 import sys
 import tempfile
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pipguard.errors import CommandNotFound, UsageError
 from pipguard.oslayer import OsLayerSpec
 from pipguard.policy import Policy
 from pipguard import rules
+
+if TYPE_CHECKING:
+    from pipguard.backends.ns import NamespaceSpec
 
 HOOK_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_hook")
 HOOK_FILES = ("sitecustomize.py", "_pipguard_hook.py", "_pipguard_boot.py")
@@ -111,6 +114,11 @@ class Plan:
     toolchain_roots: Tuple[str, ...] = ()
     # reads below these outside the grants are findings (Policy.private_roots)
     private_roots: Tuple[str, ...] = ()
+    #: the ns backend's new root (pipguard.backends.ns); None: the plain backend
+    namespace: Optional["NamespaceSpec"] = None
+    #: write roots private to the sandbox (ns: its own /tmp and /dev/shm
+    #: tmpfs): writable inside, never the host's directories of that name
+    namespace_tmpfs: Tuple[str, ...] = ()
 
 
 def home_directories(env: Optional[Mapping[str, str]] = None) -> Tuple[str, ...]:
@@ -292,6 +300,10 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
     write_roots = [tmp_dir, home_dir, *policy.allow_write]
     if policy.writable_cwd:
         write_roots.insert(0, cwd)
+    # ns: the sandbox's own tmpfs /tmp and /dev/shm are writable (they are not
+    # the host's); its homes are decoy tmpfs, readable (a read is evidence)
+    namespace_tmpfs = ("/tmp", "/dev/shm") if policy.isolation == "ns" else ()
+    write_roots += namespace_tmpfs
     # Derived roots must never widen into a home: `/bin/sh` would otherwise
     # make "/" (the parent of /bin) readable.
     derived = [r for r in _interpreter_roots(executable)
@@ -346,9 +358,10 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
 
     unavailable: Dict[str, str] = {}
     os_spec = None
+    namespace = None
     if policy.isolation != "audit":
         if not os_available:
-            if policy.isolation == "os":
+            if policy.isolation in ("os", "ns"):
                 from pipguard.errors import LayerUnavailable
 
                 raise LayerUnavailable(f"the OS layer is unavailable: {os_reason}",
@@ -358,6 +371,12 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
             # System dirs never widen into a home (HOME=/opt/ci under /opt).
             system = [g for root in SYSTEM_READ for g in grants_excluding(root, homes)]
             readable = [*system, *_etc_entries(), *read_roots]
+            if policy.isolation == "ns":
+                from pipguard.backends import ns
+
+                namespace = ns.spec_for(readable, [*(r for r in write_roots if r not in namespace_tmpfs), fifo],
+                                        [*DEVICES, *_tty_devices()], homes, network == "all")
+                readable += namespace.decoy_homes
             os_spec = OsLayerSpec(
                 read_paths=tuple(dict.fromkeys(p for p in readable if p)),
                 write_paths=tuple(dict.fromkeys([*write_roots, fifo])),
@@ -366,14 +385,16 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
                 tcp_connect_ports=(proxy_port,) if network == "hosts" and proxy_port else (),
                 allow_subprocess=policy.allow_subprocess,
                 notify=True,
-                observe_reads=policy.observe_reads,
+                observe_reads=policy.observe_reads if policy.observe_reads is not None
+                else policy.isolation != "ns",
             )
     return Plan(
         argv=tuple(argv), executable=executable, cwd=cwd, run_dir=run_dir, fifo=fifo,
         tmp_dir=tmp_dir, home_dir=home_dir, env=kept, env_removed=removed, homes=homes,
         read_roots=tuple(read_roots), write_roots=tuple(write_roots), os_spec=os_spec,
-        os_required=policy.isolation == "os", unavailable=unavailable, proxy_port=proxy_port,
+        os_required=policy.isolation in ("os", "ns"), unavailable=unavailable, proxy_port=proxy_port,
         toolchain_roots=toolchains, private_roots=tuple(policy.private_roots),
+        namespace=namespace, namespace_tmpfs=namespace_tmpfs,
     )
 
 

@@ -15,7 +15,7 @@ from typing import Any, Mapping, Optional, Tuple
 from pipguard import limits
 from pipguard.errors import PolicyError, UsageError
 
-ISOLATION_LEVELS = ("auto", "audit", "os")
+ISOLATION_LEVELS = ("auto", "audit", "os", "ns")
 
 
 @dataclass(frozen=True)
@@ -90,8 +90,10 @@ class Policy:
     - ``keep_env``: names of environment variables to pass through unchanged
       beyond the built-in allow-list. Empty means the allow-list only.
     - ``isolation``: ``auto`` (every layer the kernel has, degraded parts
-      recorded), ``os`` (fail if any OS-layer part is missing), ``audit``
-      (Python audit hooks only, for non-Linux hosts).
+      recorded), ``os`` (fail if any OS-layer part is missing), ``ns`` (as
+      ``os``, inside user/mount/pid/net/ipc/uts namespaces: fail if they are
+      unavailable; ``auto`` does not choose it yet), ``audit`` (Python audit
+      hooks only, for non-Linux hosts).
     - ``timeout``: seconds; None means no limit.
     - ``writable_cwd``: the working directory is the build dir and writable.
     - ``private_roots``: directories that hold other tenants' data (``install``:
@@ -100,6 +102,8 @@ class Policy:
       only refused. Empty: none.
     - ``observe_reads``: ask the supervisor to observe every ``open`` for
       evidence of native reads (costly; Landlock blocks them either way).
+      None (the default) means on, except under ``ns``, where the decoy
+      credentials report native credential reads without it.
     - Resource limits (:mod:`pipguard.limits` says how each is enforced; the
       report's ``limits`` what was): ``limit_processes`` live processes at
       once (default 2048); ``limit_memory`` bytes (None: 3/4 of the host's
@@ -117,7 +121,7 @@ class Policy:
     isolation: str = "auto"
     timeout: Optional[float] = None
     writable_cwd: bool = True
-    observe_reads: bool = True
+    observe_reads: Optional[bool] = None
     max_events: int = 10000
     limit_processes: int = limits.DEFAULT_PROCESSES
     limit_memory: Optional[int] = None

@@ -88,7 +88,8 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
     prepared = None
     started = None
     try:
-        roots = [r for r in plan.write_roots if record_build_dir or r != plan.cwd]
+        roots = [r for r in plan.write_roots if (record_build_dir or r != plan.cwd)
+                 and r not in plan.namespace_tmpfs]
         before = files.snapshot(roots)
         from pipguard import launcher
 
@@ -104,9 +105,12 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
             proxy.__enter__()
         supervisor = Supervisor(plan, policy, started, cgroup=prepared.cgroup)
         supervisor.memory_limit = memory
+        decoys = _watch_decoys(started)
         evidence = supervisor.run()
         if proxy is not None:
             _proxy_evidence(proxy, supervisor)
+        if decoys is not None:
+            _decoy_evidence(decoys, supervisor)
         written = files.changed(before, files.snapshot(roots))
         return _report(plan, policy, started, evidence, written, started_at, prepared)
     finally:
@@ -126,6 +130,25 @@ def _while_confining(meanwhile: Optional[Callable[[], None]]) -> None:
 
     if meanwhile is not None:
         meanwhile()
+
+
+def _watch_decoys(started):
+    """The ns backend's decoy watch, read in a thread while the run lasts."""
+    entered = started.entered
+    if entered is None or "decoys" not in entered.evidence_fds:
+        return None
+    from pipguard.backends.ns import DecoyWatch
+
+    return DecoyWatch(entered.evidence_fds["decoys"], entered.evidence_info.get("decoys", {}))
+
+
+def _decoy_evidence(watch, supervisor) -> None:
+    """Every decoy credential a process of the sandbox opened is a finding
+    (the real one was never there: "blocked"). inotify carries no pid: the
+    first process stands for the sandbox."""
+    for when, path, how in watch.stop():
+        supervisor.add_event("file-read", "blocked", "ns", supervisor.root_pid, path, "decoy-read",
+                             {"decoy": True, "seen": f"inotify {how}"}, when=when)
 
 
 def _proxy_evidence(proxy, supervisor) -> None:

@@ -142,6 +142,10 @@ class Supervisor:
         self.started = started
         self.root_pid = started.process.pid
         self.evidence = Evidence()
+        entered = started.entered
+        #: pipguard's own processes inside the sandbox (ns: its pid 1): not the command's
+        self._helpers = set(entered.helpers) if entered is not None else set()
+        self._own_pid_namespace = entered is not None and entered.pid_namespace
         self.memory = notify.Memory()
         #: the run's cgroup (pipguard.limits.RunCgroup) or None
         self.cgroup = cgroup
@@ -481,6 +485,8 @@ class Supervisor:
         return tid
 
     def _signal_decision(self, note: notify.Notification, op: str, pid: int, sig: int) -> int:
+        if self._own_pid_namespace:
+            return 0  # its pids are not ours to compare, and it can name nothing outside
         if pid == 0:
             return 0  # our own process group: the sandbox has its own session
         if pid > 0 and (pid == note.pid or self._tgid(pid) == self._tgid(note.pid)):
@@ -758,10 +764,10 @@ class Supervisor:
         if self.cgroup is not None:
             members = self.cgroup.members()
             if members is not None:
-                return members
+                return members - self._helpers
         if not os.path.isdir("/proc"):  # no procfs (not Linux): the first process is all we can track
             return {self.root_pid} if self.started.process.poll() is None else set()
-        return process_tree(self.started.process.keeper_pid)
+        return process_tree(self.started.process.keeper_pid) - self._helpers
 
     def _note_before_kill(self, pid: int) -> None:
         """Record a process we never saw exec (a fork of a shell, a daemon

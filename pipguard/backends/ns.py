@@ -1,0 +1,828 @@
+"""The namespace backend (``--isolation ns``): each run in a world of its own.
+
+Before the OS layer goes on (Landlock, seccomp, no_new_privs and the
+capability drop all stay on inside), the sandbox's first process creates
+user + mount + pid + net + ipc + uts namespaces with the kernel API (ctypes:
+``os.unshare`` is Python >= 3.12 only) and builds a new root from the plan's
+grants. What the sandbox then cannot reach is *absent*, not refused:
+
+- a new root (a tmpfs, ``pivot_root``): read-only binds of the granted
+  system dirs, interpreter prefixes and read roots; the build dir and the
+  write roots read-write; a private tmpfs ``/tmp`` and ``/dev/shm``; a
+  minimal ``/dev``; the new pid namespace's own ``/proc``; at each real
+  home's path a tmpfs holding **decoy** credentials (the real homes are not
+  in the namespace at all);
+- one uid mapped: the sandbox is its host uid, never 0 on the host (host
+  files of other owners show as the overflow uid). As root, pipguard first
+  switches to the overflow uid (65534), and the write roots reach the
+  sandbox through idmapped mounts (their owner on disk appears as that uid,
+  files it creates belong to the owner on disk): nothing on the host is
+  chowned or ACL'ed;
+- a net namespace with only ``lo`` (up), unless the plan allows all network;
+- pid 1 is pipguard's small init; when the command ends, its status goes out
+  at once and everything left in the namespace dies with the namespace (the
+  supervisor first records it as lingering, as under ``plain``).
+
+Fork structure (the pid namespace applies to the unsharing process's
+*children*)::
+
+    keeper ── F (host pid = the run's first process: the keeper waits for it,
+              │   the caller holds its pidfd; exits with the command's status)
+              └── I (pid 1 inside: builds the root, reaps, keeps the decoy
+                  │   inotify fd, exits when nothing is left)
+                  └── C (pid 2 inside: back in pipguard._child, confines itself
+                         and execs the command; the launcher learns its host
+                         pid from SCM_CREDENTIALS on the control socket)
+
+Where this follows bubblewrap (containers/bubblewrap ``bubblewrap.c``, read
+for this module) and where not:
+
+- follows: the setup order (make ``/`` a slave, a tmpfs on ``/tmp`` as the
+  base, ``newroot``/``oldroot`` inside it, ``pivot_root(base, oldroot)``,
+  binds from ``/oldroot``, ``/proc`` mounted while the old root is still
+  there (the kernel refuses a procfs in a user namespace without a fully
+  visible one), ``oldroot`` made rprivate and detached, then the second
+  ``pivot_root(".", ".")``); its minimal ``/dev`` (null zero full random
+  urandom tty bound from the host, ``fd``/``stdin``... symlinks, ``shm``);
+  ``setgroups`` denied before ``gid_map``; ``PR_SET_DUMPABLE`` after a uid
+  switch (our /proc files must be ours to write the maps); its
+  pid-1-reaper ``do_init`` that reports the initial process's status;
+  read-only flags kept together with the ones the kernel locked (we use
+  ``mount_setattr``, which changes only the bits named, where bwrap
+  re-reads the flags and remounts);
+- differs: no setuid mode and no privilege-separated helper — as root we
+  create the idmapped mounts first and then become an unprivileged uid, so
+  every namespace operation is an unprivileged one; loopback is brought up
+  with ``SIOCSIFFLAGS`` (the kernel adds 127.0.0.1 to ``lo`` itself) where
+  bwrap speaks rtnetlink; no devpts (so no root mapping needed, bwrap's
+  reason for its second user namespace); bwrap's seccomp/caps options are
+  pipguard's OS layer, applied after this in the command's process; TIOCSTI
+  is handled by the OS layer's seccomp filter and the new session, as
+  bwrap's ``--new-session`` does.
+
+Everything here that runs after the fork imports nothing (the caller may
+have had other threads) and writes only with ``os.write``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import os
+import signal
+import socket
+import stat
+import struct
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from pipguard.backends import Part, Probe
+
+name = "ns"
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_REMOUNT = 32
+MS_BIND = 4096
+MS_REC = 0x4000
+MS_PRIVATE = 1 << 18
+MS_SLAVE = 1 << 19
+MNT_DETACH = 2
+
+AT_FDCWD = -100
+AT_EMPTY_PATH = 0x1000
+AT_RECURSIVE = 0x8000
+OPEN_TREE_CLONE = 1
+OPEN_TREE_CLOEXEC = os.O_CLOEXEC
+MOVE_MOUNT_F_EMPTY_PATH = 4
+MOUNT_ATTR_RDONLY = 0x1
+MOUNT_ATTR_NOSUID = 0x2
+MOUNT_ATTR_NODEV = 0x4
+MOUNT_ATTR_IDMAP = 0x100000
+
+# The newer syscalls have one number on every architecture (>= 403);
+# pivot_root does not.
+SYS_OPEN_TREE = 428
+SYS_MOVE_MOUNT = 429
+SYS_MOUNT_SETATTR = 442
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}.get(os.uname().machine, 155)
+
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+SIOCGIFFLAGS = 0x8913
+SIOCSIFFLAGS = 0x8914
+IFF_UP = 0x1
+IN_OPEN = 0x20
+IN_ACCESS = 0x1
+IN_CLOEXEC = os.O_CLOEXEC
+IN_NONBLOCK = os.O_NONBLOCK
+
+#: the base every mount is made under (bubblewrap's choice: sure to exist,
+#: not a symlink, and the sandbox gets its own tmpfs there anyway)
+BASE = "/tmp"
+HOSTNAME = "pipguard"
+#: the uid/gid the sandbox is on the host when pipguard runs as root
+OVERFLOW_ID = 65534
+
+#: Decoy credentials written into each home's tmpfs. Only files no build tool
+#: reads by itself: ``~/.netrc`` (meson and curl look it up) and ``~/.npmrc``
+#: (npm's config) are not planted, so opening a decoy is always a finding.
+DECOYS: Dict[str, str] = {
+    ".ssh/id_rsa": "-----BEGIN OPENSSH PRIVATE KEY-----\npipguard-decoy-{token}\n-----END OPENSSH PRIVATE KEY-----\n",
+    ".ssh/id_ed25519": "-----BEGIN OPENSSH PRIVATE KEY-----\npipguard-decoy-{token}\n-----END OPENSSH PRIVATE KEY-----\n",
+    ".aws/credentials": "[default]\naws_access_key_id = AKIAPIPGUARDDECOY\naws_secret_access_key = pipguard-decoy-{token}\n",
+    ".config/gh/hosts.yml": "github.com:\n    oauth_token: pipguard-decoy-{token}\n",
+    ".git-credentials": "https://user:pipguard-decoy-{token}@github.com\n",
+    ".pypirc": "[pypi]\nusername = __token__\npassword = pipguard-decoy-{token}\n",
+    ".docker/config.json": '{{"auths": {{"registry.example": {{"auth": "pipguard-decoy-{token}"}}}}}}\n',
+    ".kube/config": "users:\n- name: decoy\n  user:\n    token: pipguard-decoy-{token}\n",
+    ".config/gcloud/application_default_credentials.json": '{{"refresh_token": "pipguard-decoy-{token}"}}\n',
+    ".azure/msal_token_cache.json": '{{"AccessToken": "pipguard-decoy-{token}"}}\n',
+}
+DEV_LINKS = {"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1",
+             "stderr": "/proc/self/fd/2", "ptmx": "pts/ptmx"}
+
+
+class NamespaceError(Exception):
+    """A namespace step failed (raised in the forked process, sent to the launcher)."""
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+# ------------------------------------------------------------------- the spec
+@dataclass(frozen=True)
+class Mount:
+    """One step of the new root. ``kind``: "ro"/"rw" (bind ``source`` at
+    ``path``), "tmpfs", "dev" (the minimal /dev), "device" (bind a device
+    node), "proc", "symlink" (``source`` is the link's text), "decoys" (a
+    tmpfs with decoy credentials at a home's path)."""
+
+    kind: str
+    path: str
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class NamespaceSpec:
+    """What the ns backend builds for one run (from :func:`spec_for`).
+
+    - ``mounts``: in order (parents before what is mounted below them);
+    - ``host_uid``/``host_gid``: what the sandbox is on the host; the only
+      ids mapped. Never 0 (as root it is :data:`OVERFLOW_ID`);
+    - ``idmap_writes``: the "rw" binds are idmapped mounts made before the
+      uid switch (pipguard runs as root);
+    - ``network``: own net namespace with only ``lo``; False only when the
+      plan allows all network (then the host's network namespace stays);
+    - ``token``: the per-run marker inside every decoy."""
+
+    mounts: Tuple[Mount, ...]
+    host_uid: int
+    host_gid: int
+    idmap_writes: bool
+    network: bool
+    token: str
+    hostname: str = HOSTNAME
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"mounts": [[m.kind, m.path, m.source] for m in self.mounts], "host_uid": self.host_uid,
+                "host_gid": self.host_gid, "idmap_writes": self.idmap_writes, "network": self.network,
+                "token": self.token, "hostname": self.hostname}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "NamespaceSpec":
+        return cls(tuple(Mount(str(k), str(p), str(s)) for k, p, s in data["mounts"]),
+                   int(data["host_uid"]), int(data["host_gid"]), bool(data["idmap_writes"]),
+                   bool(data["network"]), str(data["token"]), str(data.get("hostname", HOSTNAME)))
+
+    @property
+    def decoy_homes(self) -> Tuple[str, ...]:
+        return tuple(m.path for m in self.mounts if m.kind == "decoys")
+
+
+def _under(path: str, roots: Sequence[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def _symlinked_parts(path: str) -> List[Tuple[str, str]]:
+    """(component, link text) for every symlink on the way to ``path``."""
+    out, sofar = [], ""
+    for part in path.strip("/").split("/"):
+        sofar += "/" + part
+        if os.path.islink(sofar):
+            out.append((sofar, os.readlink(sofar)))
+            sofar = os.path.realpath(sofar)
+    return out
+
+
+def spec_for(read_paths: Sequence[str], write_paths: Sequence[str], device_paths: Sequence[str],
+             homes: Sequence[str], network_all: bool, *, euid: Optional[int] = None,
+             egid: Optional[int] = None) -> NamespaceSpec:
+    """The new root for a plan's grants: ``read_paths``/``write_paths``/
+    ``device_paths`` are the OS layer's (they exist or are skipped), ``homes``
+    every home directory (each becomes a decoy tmpfs; none is ever bound).
+    Reads only the host (lstat, readlink), changes nothing."""
+    euid = os.geteuid() if euid is None else euid
+    egid = os.getegid() if egid is None else egid
+    homes = tuple(sorted({os.path.realpath(h) for h in homes if h and h != "/"}))
+    mounts: List[Mount] = [Mount("tmpfs", "/tmp"), Mount("dev", "/dev"), Mount("tmpfs", "/dev/shm"),
+                           Mount("proc", "/proc")]
+    mounts += [Mount("decoys", home) for home in homes]
+    links: Dict[str, str] = {}
+    writes: List[str] = []
+    for path in write_paths:
+        if not os.path.lexists(path):
+            continue
+        for link, text in _symlinked_parts(path):
+            links.setdefault(link, text)
+        real = os.path.realpath(path)
+        if real not in writes and not _under(real, ["/proc", "/dev"]):
+            writes.append(real)
+    reads: List[str] = []
+    for path in read_paths:
+        if not os.path.lexists(path):
+            continue
+        for link, text in _symlinked_parts(path):
+            links.setdefault(link, text)
+        real = os.path.realpath(path)
+        # /proc is the namespace's own, /dev the minimal one; a home is never
+        # bound (only paths granted inside it); what a write root covers is
+        # writable already (Landlock's union of rights, kept).
+        if _under(real, ["/proc", "/dev"]) or real in homes or _under(real, writes):
+            continue
+        reads.append(real)
+    # one bind per tree: a path below another read path comes with it
+    reads = [r for r in dict.fromkeys(reads) if not any(o != r and _under(r, [o]) for o in reads)]
+    for link, text in links.items():
+        if not _under(link, ["/proc", "/dev"]):
+            mounts.append(Mount("symlink", link, text))
+    mounts += [Mount("ro", r, r) for r in reads]
+    mounts += [Mount("rw", w, w) for w in writes]
+    for dev in device_paths:
+        real = os.path.realpath(dev)
+        if dev.startswith("/dev/") and os.path.exists(real) and dev != "/dev/shm":
+            mounts.append(Mount("device", dev, real))
+    # parents first: a tmpfs or a bind before anything mounted below it
+    kinds = {"tmpfs": 0, "dev": 0, "proc": 0, "decoys": 0, "symlink": 1, "ro": 2, "rw": 2, "device": 3}
+    mounts.sort(key=lambda m: (m.path.rstrip("/").count("/"), kinds[m.kind], m.path))
+    if euid == 0:
+        uid, gid = OVERFLOW_ID, OVERFLOW_ID
+    else:
+        uid, gid = euid, egid
+    return NamespaceSpec(tuple(mounts), uid, gid, euid == 0, not network_all, os.urandom(8).hex())
+
+
+# ------------------------------------------------------------- kernel calls
+_libc = ctypes.CDLL(None, use_errno=True)  # loaded before any fork
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+_libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+_libc.unshare.argtypes = [ctypes.c_int]
+_libc.syscall.restype = ctypes.c_long
+_libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+_libc.sethostname.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+
+
+def _check(result: int, what: str) -> int:
+    if result < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+    return result
+
+
+def _b(path: Optional[str]) -> Optional[bytes]:
+    return None if path is None else os.fsencode(path)
+
+
+def _mount(source: Optional[str], target: str, fstype: Optional[str], flags: int,
+           data: Optional[str] = None) -> None:
+    _check(_libc.mount(_b(source), _b(target), _b(fstype), flags, _b(data)), f"mount {target}")
+
+
+def _setattr(path: str, set_bits: int, userns_fd: int = 0, fd: int = AT_FDCWD,
+             flags: int = AT_RECURSIVE) -> None:
+    """mount_setattr(2): change only the named attributes (the kernel keeps
+    the flags it locked for an unprivileged mount namespace)."""
+    attr = ctypes.create_string_buffer(struct.pack("=QQQQ", set_bits, 0, 0, userns_fd), 32)
+    _check(_libc.syscall(SYS_MOUNT_SETATTR, fd, _b(path), flags, attr, 32), f"mount_setattr {path or fd}")
+
+
+def why_denied(err: int) -> Tuple[str, str]:
+    """(reason, hint) for a failed unprivileged ``unshare(CLONE_NEWUSER)``:
+    reads the knobs that deny it (no imports: runs after the fork)."""
+
+    def knob(path: str) -> str:
+        try:
+            with open(path, "rb") as fh:
+                return fh.read().decode().strip()
+        except OSError:
+            return ""
+
+    if knob("/proc/sys/user/max_user_namespaces") == "0":
+        return ("user namespaces are disabled (sysctl user.max_user_namespaces=0)",
+                "raise user.max_user_namespaces, or use --isolation os")
+    if knob("/proc/sys/kernel/unprivileged_userns_clone") == "0":
+        return ("unprivileged user namespaces are disabled (sysctl kernel.unprivileged_userns_clone=0)",
+                "enable kernel.unprivileged_userns_clone, or use --isolation os")
+    if knob("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1":
+        return ("AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns=1, "
+                "Ubuntu >= 23.10)", "allow it with an AppArmor profile for pipguard's interpreter, or use --isolation os")
+    if err == errno.ENOSPC:
+        return "the user namespace limit is reached (user.max_user_namespaces)", "use --isolation os"
+    if err == errno.EPERM:
+        seccomp = ""
+        for line in knob("/proc/self/status").splitlines():
+            if line.startswith("Seccomp:"):
+                seccomp = line.split()[-1]
+        if seccomp and seccomp != "0":
+            return ("unshare(CLONE_NEWUSER) is refused by a seccomp filter around pipguard "
+                    "(e.g. a container runtime's default profile)", "run the container with a profile that allows "
+                    "unshare, or use --isolation os")
+        return "unshare(CLONE_NEWUSER) is not permitted here", "use --isolation os"
+    if err == errno.EINVAL:
+        return "the kernel has no user namespaces", "use --isolation os"
+    return f"unshare(CLONE_NEWUSER) failed: {os.strerror(err)}", "use --isolation os"
+
+
+def _write(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def _become(uid: int, gid: int) -> None:
+    """Root to ``uid``/``gid`` for good (supplementary groups dropped). The
+    uid change makes us non-dumpable: set it back, or our /proc files (the
+    uid and gid maps) stay root's (bwrap does the same)."""
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+
+
+def _userns_fd(map_uid: int, map_gid: int, host_uid: int, host_gid: int) -> int:
+    """As root: a user namespace fd mapping ``map_uid`` -> ``host_uid`` (and
+    gids): the idmapping that makes files owned by ``map_uid`` on disk appear
+    as ``host_uid``'s through a mount. A throw-away child holds it while we
+    write its maps (root may write any map for a child namespace)."""
+    ready_r, ready_w = os.pipe()
+    done_r, done_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(ready_r)
+            os.close(done_w)
+            err = 0 if _libc.unshare(CLONE_NEWUSER) == 0 else ctypes.get_errno()
+            os.write(ready_w, b"%d\n" % err)
+            os.read(done_r, 1)
+        finally:
+            os._exit(0)
+    os.close(ready_w)
+    os.close(done_r)
+    try:
+        err = int(os.read(ready_r, 16).strip() or errno.EPERM)
+        if err:
+            reason, hint = why_denied(err)
+            raise NamespaceError(f"the namespace backend is unavailable: {reason}", hint)
+        _write(f"/proc/{pid}/uid_map", f"{map_uid} {host_uid} 1\n")
+        _write(f"/proc/{pid}/gid_map", f"{map_gid} {host_gid} 1\n")
+        return os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    finally:
+        os.close(done_w)
+        os.close(ready_r)
+        os.waitpid(pid, 0)
+
+
+def _root_trees(spec: NamespaceSpec) -> Dict[str, int]:
+    """As root, before the uid switch: a detached copy (open_tree) of every
+    bind, attached in the new root by pid 1 — the unprivileged uid could not
+    reach a source below a 0700 directory (/root/.pyenv/...). Write roots are
+    idmapped (mount_setattr(MOUNT_ATTR_IDMAP)): their owner on disk appears
+    as the sandbox's host uid, and what it creates belongs to that owner."""
+    trees: Dict[str, int] = {}
+    userns: Dict[Tuple[int, int], int] = {}
+    try:
+        for mount in spec.mounts:
+            if mount.kind not in ("ro", "rw"):
+                continue
+            tree = _check(_libc.syscall(SYS_OPEN_TREE, AT_FDCWD, _b(mount.source),
+                                        OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE),
+                          f"open_tree {mount.source}")
+            trees[mount.path] = tree
+            if mount.kind == "rw":
+                st = os.stat(mount.source)
+                key = (st.st_uid, st.st_gid)
+                if key not in userns:
+                    userns[key] = _userns_fd(st.st_uid, st.st_gid, spec.host_uid, spec.host_gid)
+                _setattr("", MOUNT_ATTR_IDMAP, userns[key], fd=tree, flags=AT_EMPTY_PATH | AT_RECURSIVE)
+    finally:
+        for fd in userns.values():
+            os.close(fd)
+    return trees
+
+
+# ---------------------------------------------------------- the forked side
+def _send_error(control_fd: int, message: str, hint: str) -> None:
+    text = '{"error": %s, "hint": %s}\n' % (_json_str(message), _json_str(hint))
+    data = text.encode()
+    try:
+        while data:
+            data = data[os.write(control_fd, data):]
+    except OSError:
+        pass
+
+
+def _json_str(text: str) -> str:
+    out = ['"']
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20:
+            out.append("\\u%04x" % ord(ch))
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def enter(spec_json: Mapping[str, Any], control_fd: int) -> Dict[str, Any]:
+    """In the sandbox's forked first process, before the OS layer: create
+    the namespaces and the new root (see the module docstring). Returns only
+    in the command's process (pid 2 inside), with what its status line must
+    carry for the launcher (``{"decoy_fd": N, "decoys": {wd: path}}``); the
+    other processes end in ``os._exit``. On failure the reason goes to the
+    launcher on ``control_fd`` and the process exits 125."""
+    spec = NamespaceSpec.from_json(spec_json)
+    try:
+        trees = _root_trees(spec) if spec.idmap_writes and os.geteuid() == 0 else {}
+        if os.geteuid() == 0:
+            _become(spec.host_uid, spec.host_gid)
+        flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
+        if spec.network:
+            flags |= CLONE_NEWNET
+        if _libc.unshare(CLONE_NEWUSER) != 0:
+            reason, hint = why_denied(ctypes.get_errno())
+            raise NamespaceError(f"the namespace backend is unavailable: {reason}", hint)
+        # one id each way, written by ourselves (an unprivileged process may
+        # map exactly its own ids; setgroups must be denied first)
+        _write("/proc/self/setgroups", "deny")
+        _write("/proc/self/uid_map", f"{spec.host_uid} {spec.host_uid} 1\n")
+        _write("/proc/self/gid_map", f"{spec.host_gid} {spec.host_gid} 1\n")
+        _check(_libc.unshare(flags & ~CLONE_NEWUSER), "unshare(mount, pid, net, ipc, uts)")
+    except NamespaceError as exc:
+        _send_error(control_fd, str(exc), exc.hint)
+        os._exit(125)
+    except OSError as exc:
+        _send_error(control_fd, f"the namespace backend failed: {exc}", "use --isolation os")
+        os._exit(125)
+    status_r, status_w = os.pipe()
+    init = os.fork()
+    if init != 0:
+        _first_process(init, status_r, status_w, control_fd, trees)
+    os.close(status_r)
+    return _init(spec, trees, status_w, control_fd)
+
+
+def _first_process(init: int, status_r: int, status_w: int, control_fd: int, trees: Dict[str, int]) -> None:
+    """F: wait for the command's status from pid 1 and end with it (the
+    keeper reports our status as the command's). Never returns."""
+    os.close(status_w)
+    os.close(control_fd)
+    for fd in trees.values():
+        os.close(fd)
+    data = b""
+    while True:
+        try:
+            chunk = os.read(status_r, 64)
+        except InterruptedError:
+            continue
+        if not chunk:
+            break
+        data += chunk
+    if data.strip().isdigit():
+        status = int(data.strip())
+    else:  # pid 1 ended before the command did (its setup failed, or it was killed)
+        _pid, status = os.waitpid(init, 0)
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
+            os.kill(os.getpid(), sig)
+        except (OSError, ValueError):
+            pass
+        os._exit(128 + sig)
+    os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
+
+
+def _init(spec: NamespaceSpec, trees: Dict[str, int], status_w: int, control_fd: int) -> Dict[str, Any]:
+    """I, pid 1 of the new pid namespace: build the root, fork the command's
+    process (which returns), then reap until nothing is left."""
+    try:
+        _build_root(spec, trees)
+        if spec.network:
+            _loopback_up()
+        name_b = spec.hostname.encode()
+        _check(_libc.sethostname(name_b, len(name_b)), "sethostname")
+        decoy_fd, decoys = _watch_decoys(spec)
+    except (OSError, NamespaceError) as exc:
+        _send_error(control_fd, f"the namespace backend could not build the sandbox's root: {exc}",
+                    getattr(exc, "hint", "") or "use --isolation os")
+        os._exit(125)
+    command = os.fork()
+    if command == 0:
+        os.close(status_w)
+        os.close(decoy_fd)  # pid 1 keeps it; the launcher takes it from there
+        os.setsid()  # a session of its own inside: its pgid is visible to it
+        return {"decoy_fd": decoy_fd, "decoys": decoys}
+    os.close(control_fd)
+    # pid 1: reap everything; the command's status goes out at once, so the
+    # run ends when the command does while the rest is still here to be
+    # recorded as lingering (then it is killed, and we exit with nothing left)
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            os._exit(0)
+        if pid == command:
+            try:
+                os.write(status_w, b"%d\n" % status)
+            except OSError:
+                pass
+            os.close(status_w)
+
+
+def _newroot(path: str) -> str:
+    return "/newroot" + path
+
+
+def _oldroot(path: str) -> str:
+    return "/oldroot" + path
+
+
+def _ensure_dir(path: str) -> None:
+    if not os.path.isdir(path):
+        os.makedirs(path, 0o755, exist_ok=True)
+
+
+def _ensure_file(path: str) -> None:
+    if not os.path.lexists(path):
+        _ensure_dir(os.path.dirname(path))
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o444))
+
+
+def _build_root(spec: NamespaceSpec, trees: Dict[str, int]) -> None:
+    # bubblewrap's order: nothing we mount may propagate back to the host
+    _mount(None, "/", None, MS_SLAVE | MS_REC)
+    _mount("tmpfs", BASE, "tmpfs", MS_NODEV | MS_NOSUID, "mode=0755")
+    os.chdir(BASE)
+    os.mkdir("newroot", 0o755)
+    _mount("tmpfs", "newroot", "tmpfs", MS_NODEV | MS_NOSUID, "mode=0755")
+    os.mkdir("oldroot", 0o755)
+    _check(_libc.syscall(SYS_PIVOT_ROOT, _b(BASE), _b("oldroot")), "pivot_root")
+    os.chdir("/")
+    for mount in spec.mounts:
+        _place(mount, trees)
+    _mount("oldroot", "/oldroot", None, MS_REC | MS_PRIVATE)
+    _check(_libc.umount2(b"/oldroot", MNT_DETACH), "umount /oldroot")
+    old = os.open("/", os.O_DIRECTORY | os.O_RDONLY)
+    try:
+        os.chdir("/newroot")
+        _check(_libc.syscall(SYS_PIVOT_ROOT, b".", b"."), "pivot_root(/newroot)")
+        os.fchdir(old)
+        _check(_libc.umount2(b".", MNT_DETACH), "umount the base")
+    finally:
+        os.close(old)
+    os.chdir("/")
+    for fd in trees.values():
+        os.close(fd)
+    # the root itself read-only: nothing but the write roots, /tmp, /dev/shm
+    # and the decoy homes can be written, whatever Landlock would allow
+    _setattr("/", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, flags=0)
+
+
+def _place(mount: Mount, trees: Dict[str, int]) -> None:
+    target = _newroot(mount.path)
+    kind = mount.kind
+    if kind == "symlink":
+        if not os.path.lexists(target):
+            _ensure_dir(os.path.dirname(target))
+            os.symlink(mount.source, target)
+        return
+    if kind in ("tmpfs", "decoys"):
+        _ensure_dir(target)
+        _mount("tmpfs", target, "tmpfs", MS_NODEV | MS_NOSUID, "mode=0755" if kind == "tmpfs" else "mode=0700")
+        if mount.path == "/tmp":
+            os.chmod(target, 0o1777)
+        return
+    if kind == "proc":
+        _ensure_dir(target)
+        _mount("proc", target, "proc", MS_NOSUID | MS_NODEV | 8)  # MS_NOEXEC
+        return
+    if kind == "dev":
+        _ensure_dir(target)
+        _mount("tmpfs", target, "tmpfs", MS_NOSUID, "mode=0755")
+        for name_, text in DEV_LINKS.items():
+            os.symlink(text, os.path.join(target, name_))
+        os.mkdir(os.path.join(target, "pts"), 0o755)
+        return
+    source = _oldroot(mount.source)
+    # an idmapped tree says itself what it is (its source may be out of our
+    # reach now: a root-owned 0700 run directory)
+    tree = trees.get(mount.path)
+    if os.path.isdir(source) if tree is None else stat.S_ISDIR(os.fstat(tree).st_mode):
+        _ensure_dir(target)
+    else:
+        _ensure_file(target)
+    if tree is not None:
+        _check(_libc.syscall(SYS_MOVE_MOUNT, tree, b"", AT_FDCWD, _b(target),
+                             MOVE_MOUNT_F_EMPTY_PATH), f"move_mount {mount.path}")
+    else:
+        _mount(source, target, None, MS_BIND | MS_REC)
+    if kind == "ro":
+        _setattr(target, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+    elif kind == "rw":
+        _setattr(target, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+    else:  # device: read-write device nodes, nothing else
+        _setattr(target, MOUNT_ATTR_NOSUID)
+
+
+def _loopback_up() -> None:
+    """Bring ``lo`` up (the kernel then gives it 127.0.0.1/8 and ::1)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        req = struct.pack("16sH22x", b"lo", 0)
+        flags = struct.unpack("16sH22x", fcntl.ioctl(sock.fileno(), SIOCGIFFLAGS, req))[1]
+        fcntl.ioctl(sock.fileno(), SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | IFF_UP))
+    finally:
+        sock.close()
+
+
+def _watch_decoys(spec: NamespaceSpec) -> Tuple[int, Dict[int, str]]:
+    """Plant the decoys in each home's tmpfs and watch them (inotify: works
+    unprivileged, on a tmpfs, for every process; it carries no pid — the
+    audit hook attributes Python reads, the decoy says that *something* of
+    the sandbox opened it). The fd stays in pid 1; the launcher takes it."""
+    fd = _check(_libc.inotify_init1(IN_CLOEXEC | IN_NONBLOCK), "inotify_init1")
+    watched: Dict[int, str] = {}
+    for home in spec.decoy_homes:
+        if home == "/home":  # holds homes, is none
+            continue
+        for rel, template in DECOYS.items():
+            path = home + "/" + rel
+            _ensure_dir(os.path.dirname(path))
+            out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(out, template.format(token=spec.token).encode())
+            finally:
+                os.close(out)
+            wd = _check(_libc.inotify_add_watch(fd, _b(path), IN_OPEN | IN_ACCESS), f"inotify_add_watch {path}")
+            watched[wd] = path
+    return fd, watched
+
+
+# ------------------------------------------------------------ the launcher side
+class DecoyWatch:
+    """Reads the decoy inotify fd (taken from pid 1) in a thread while the
+    run lasts: each decoy opened is one record (time, path)."""
+
+    def __init__(self, fd: int, decoys: Mapping[int, str]) -> None:
+        self.fd = fd
+        self.decoys = {int(k): str(v) for k, v in decoys.items()}
+        self.records: List[Tuple[float, str, str]] = []  # (time, path, "open"/"read")
+        self._stop_r, self._stop_w = os.pipe()
+        self._thread = threading.Thread(target=self._loop, name="pipguard-decoys", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        import select
+
+        while True:
+            ready, _, _ = select.select([self.fd, self._stop_r], [], [])
+            if self.fd in ready:
+                self._read()
+            if self._stop_r in ready:
+                return
+
+    def _read(self) -> None:
+        try:
+            data = os.read(self.fd, 65536)
+        except (BlockingIOError, OSError):
+            return
+        now = time.time()
+        offset = 0
+        while offset + 16 <= len(data):
+            wd, mask, _cookie, size = struct.unpack_from("iIII", data, offset)
+            offset += 16 + size
+            path = self.decoys.get(wd)
+            if path is not None and mask & (IN_OPEN | IN_ACCESS):
+                self.records.append((now, path, "open" if mask & IN_OPEN else "read"))
+
+    def stop(self) -> List[Tuple[float, str, str]]:
+        """End the thread, read what is left, close the fd; the records."""
+        os.write(self._stop_w, b"x")
+        self._thread.join()
+        self._read()
+        for fd in (self.fd, self._stop_r, self._stop_w):
+            os.close(fd)
+        return self.records
+
+
+# ------------------------------------------------------------------ the probe
+_PROBE: Dict[int, Probe] = {}
+
+
+def probe(*, refresh: bool = False) -> Probe:
+    """Whether the ns backend works here, part by part (user namespace, uid
+    mapping, mount, pid, net, ipc, uts, idmapped mounts as root). Tries each
+    in a throw-away child (as root: after switching to the overflow uid, as a
+    run does); cached per process, never raises."""
+    key = os.getpid()
+    if refresh or key not in _PROBE:
+        _PROBE.clear()
+        _PROBE[key] = _probe()
+    return _PROBE[key]
+
+
+_PARTS = ("user", "uid_map", "mount", "pid", "net", "ipc", "uts")
+
+
+def _probe() -> Probe:
+    if not hasattr(os, "fork") or os.uname().sysname != "Linux":
+        return Probe(name, tuple(Part(p, "namespaces are Linux-only") for p in _PARTS))
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read_fd)
+            os.write(write_fd, _probe_child().encode())
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    data = b""
+    while True:
+        chunk = os.read(read_fd, 4096)
+        if not chunk:
+            break
+        data += chunk
+    os.close(read_fd)
+    os.waitpid(pid, 0)
+    reasons: Dict[str, str] = {}
+    for line in data.decode(errors="replace").splitlines():
+        part, _, reason = line.partition("=")
+        reasons[part] = reason
+    first_missing = next((reasons[p] for p in _PARTS if reasons.get(p)), "")
+    parts = []
+    for part in _PARTS:
+        if part in reasons:
+            parts.append(Part(part, reasons[part]))
+        else:  # not reached: an earlier part failed
+            parts.append(Part(part, f"not tried ({first_missing or 'the probe failed'})"))
+    return Probe(name, tuple(parts))
+
+
+def _probe_child() -> str:
+    out: List[str] = []
+    try:
+        if os.geteuid() == 0:
+            _become(OVERFLOW_ID, OVERFLOW_ID)
+        uid, gid = os.geteuid(), os.getegid()
+        if _libc.unshare(CLONE_NEWUSER) != 0:
+            out.append("user=" + why_denied(ctypes.get_errno())[0])
+            return "\n".join(out)
+        out.append("user=")
+        try:
+            _write("/proc/self/setgroups", "deny")
+            _write("/proc/self/uid_map", f"{uid} {uid} 1\n")
+            _write("/proc/self/gid_map", f"{gid} {gid} 1\n")
+            out.append("uid_map=")
+        except OSError as exc:
+            out.append(f"uid_map=writing the uid map failed: {exc.strerror}")
+            return "\n".join(out)
+        for part, flag in (("mount", CLONE_NEWNS), ("pid", CLONE_NEWPID), ("net", CLONE_NEWNET),
+                           ("ipc", CLONE_NEWIPC), ("uts", CLONE_NEWUTS)):
+            ok = _libc.unshare(flag) == 0
+            out.append(f"{part}=" + ("" if ok else f"unshare: {os.strerror(ctypes.get_errno())}"))
+        try:  # AppArmor's restriction lets unshare pass and denies what follows
+            _mount(None, "/", None, MS_SLAVE | MS_REC)
+            _mount("tmpfs", BASE, "tmpfs", MS_NODEV | MS_NOSUID)
+        except OSError as exc:
+            out = [o for o in out if not o.startswith("mount=")] + [f"mount=mounting a tmpfs failed: {exc.strerror}"]
+    except Exception as exc:  # a probe never raises
+        out.append(f"user=the probe failed: {exc}")
+    return "\n".join(out)

@@ -1,0 +1,190 @@
+"""The namespace backend (``--isolation ns``), end to end on the real kernel:
+the world inside (no outside process, only ``lo``, root-only host files
+unreadable, the home a decoy tmpfs), lifetime, the decoy evidence with read
+observation off, as root and as ``nobody``, and the fallback when user
+namespaces are denied."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+import pytest
+
+import support
+from support import parse_try_one, requires
+from test_evidence import live_argvs
+from test_os_layer_e2e import _cli, nobody_python, nobody_setup  # noqa: F401 (fixtures)
+
+pytestmark = [requires("linux"), requires("userns"), requires("landlock", abi=6),
+              requires("seccomp_user_notif")]
+
+@pytest.fixture
+def work(tmp_path):
+    path = tmp_path / "work"
+    path.mkdir()
+    return path
+
+
+WORLD = textwrap.dedent("""
+    import json, os, socket, sys
+    outside, real_home, secret = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    try:
+        open(secret).read(); secret_read = "read"
+    except OSError as exc:
+        secret_read = exc.errno
+    mounts = [l.split()[4] for l in open("/proc/self/mountinfo") if " - tmpfs " in l]
+    print(json.dumps({
+        "outside_visible": os.path.exists(f"/proc/{outside}"),
+        "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
+        "links": sorted(l.split(":")[0].strip() for l in open("/proc/net/dev").readlines()[2:]),
+        "uid": os.getuid(), "hostname": socket.gethostname(),
+        "secret": secret_read, "secret_owner": os.stat(secret).st_uid,
+        "home_is_tmpfs": real_home in mounts, "home": sorted(os.listdir(real_home)),
+        "tmp_is_tmpfs": "/tmp" in mounts and "/dev/shm" in mounts,
+    }))
+""")
+
+
+def _setup(who, request, work, fake_home):
+    if who == "nobody":
+        request.getfixturevalue("nobody_python")
+        fake_home, work = request.getfixturevalue("nobody_setup")
+        return work, fake_home, support.run_as_nobody
+    return work, fake_home, subprocess.run
+
+
+def _root_only_file():
+    """A mode-0600 root-owned file in a directory the run is granted (--allow-read)."""
+    base = tempfile.mkdtemp(prefix="pipguard-ns-ro-")
+    os.chmod(base, 0o755)
+    path = os.path.join(base, "root-only")
+    with open(path, "w") as fh:
+        fh.write("root-only-" + str(os.getpid()))
+    os.chmod(path, 0o600)
+    return base, path
+
+
+@requires("root")
+@pytest.mark.parametrize("who", ["root", "nobody"])
+def test_the_world_inside(who, request, work, fake_home):
+    work, home, runner = _setup(who, request, work, fake_home)
+    script = work / "world.py"
+    script.write_text(WORLD)
+    os.chmod(script, 0o644)
+    outside = subprocess.Popen(["sleep", "60"])
+    base, secret = _root_only_file()
+    try:
+        r = _cli(["run", "--isolation", "ns", "--allow-read", base, "--", sys.executable, str(script),
+                  str(outside.pid), str(home.path), secret], cwd=work, env=home.env(), runner=runner)
+    finally:
+        outside.kill()
+        outside.wait()
+    assert r.returncode == 0, r.stderr
+    facts = json.loads(r.stdout.strip().splitlines()[-1])
+    assert facts["outside_visible"] is False and max(facts["pids"]) < 100, facts
+    assert 1 in facts["pids"]  # pipguard's init
+    assert facts["links"] == ["lo"]
+    assert facts["uid"] == support.NOBODY  # as root too: never uid 0 on the host
+    assert facts["hostname"] == "pipguard"
+    assert facts["secret"] == errno.EACCES and facts["secret_owner"] == support.NOBODY
+    assert facts["home_is_tmpfs"] and ".ssh" in facts["home"] and ".bashrc" not in facts["home"]
+    assert facts["tmp_is_tmpfs"]
+    assert "ns" in r.report["isolation"]["applied"]
+    assert r.report["policy"]["observe_reads"] is None  # default: off under ns
+    os.unlink(secret)
+    os.rmdir(base)
+
+
+@requires("root")
+@pytest.mark.parametrize("who", ["root", "nobody"])
+def test_build_dir_is_written_as_its_owner(who, request, work, fake_home):
+    work, home, runner = _setup(who, request, work, fake_home)
+    r = _cli(["run", "--isolation", "ns", "--", "sh", "-c", "echo built > out.txt; echo t > /tmp/t; cat /tmp/t"],
+             cwd=work, env=home.env(), runner=runner)
+    assert r.returncode == 0, r.stderr
+    assert (work / "out.txt").read_text() == "built\n"
+    assert (work / "out.txt").stat().st_uid == work.stat().st_uid  # on disk: the owner's, not 65534 as root
+    assert r.report["verdict"] == "clean", r.report["events"]
+
+
+@requires("root")
+@pytest.mark.parametrize("who", ["root", "nobody"])
+def test_setsid_daemon_dies_with_the_namespace(who, request, work, fake_home):
+    work, home, runner = _setup(who, request, work, fake_home)
+    marker = f"pipguard-ns-daemon-{os.getpid()}-{who}"
+    r = _cli(["run", "--isolation", "ns", "--", "sh", "-c",
+              f"(setsid sh -c 'sleep 300; : {marker}' </dev/null >/dev/null 2>&1 &); sleep 0.3; exit 3"],
+             cwd=work, env=home.env(), runner=runner)
+    assert r.returncode == 3, r.stderr
+    for _ in range(50):
+        if not [a for a in live_argvs() if any(marker in x for x in a)]:
+            break
+        time.sleep(0.1)
+    assert not [a for a in live_argvs() if any(marker in x for x in a)]
+    lingering = r.blocked(kind="process", rule="lingering-process")
+    assert lingering and any(marker in e["target"] for e in lingering), r.report["events"]
+
+
+@requires("root")
+@pytest.mark.parametrize("who", ["root", "nobody"])
+def test_native_decoy_read_is_reported_without_read_observation(who, request, work, fake_home, try_one_bin):
+    """The quiet attacker reads a key natively: it gets a decoy (never the
+    fake home's marker), and the read is a finding though no open is notified."""
+    work, home, runner = _setup(who, request, work, fake_home)
+    key = home.secrets["id_rsa"]
+    r = _cli(["run", "--isolation", "ns", "--allow-read", os.path.dirname(str(try_one_bin)), "--", "sh", "-c",
+              f"{try_one_bin} read {key}; cat {key}"],
+             cwd=work, env=home.env(), runner=runner)
+    out = parse_try_one(r.stdout)
+    assert out["ok"] is True, out  # it read *something*: the decoy
+    assert "pipguard-decoy-" in r.stdout and home.markers["id_rsa"] not in r.stdout
+    found = r.blocked(kind="file-read", rule="decoy-read")
+    assert [e["target"] for e in found] == [str(key)], r.report["events"]
+    assert found[0]["layer"] == "ns" and r.report["verdict"] == "blocked"
+    assert r.report["supervision"].get("answered_natively", 0) < 50  # opens are not notified
+
+
+def test_probe_says_ns_works_here():
+    from pipguard.backends import ns
+
+    probe = ns.probe(refresh=True)
+    assert probe.available, probe.to_json()
+    assert {p.name for p in probe.parts} >= {"user", "uid_map", "mount", "pid", "net"}
+
+
+DENY_USERNS = textwrap.dedent("""
+    import errno, os, sys
+    import pyseccomp as sc
+    f = sc.SyscallFilter(sc.ALLOW)
+    f.add_rule(sc.ERRNO(errno.EPERM), "unshare")
+    f.load()
+    os.execv(sys.executable, [sys.executable, "-m", "pipguard", *sys.argv[1:]])
+""")
+
+
+def test_fallback_when_user_namespaces_are_denied(work, fake_home):
+    """A seccomp filter around pipguard (as a container runtime's default
+    profile does) refuses unshare: --isolation ns fails with exit 2 and says
+    why, doctor lists the ns parts as missing, the default isolation still runs."""
+    wrapper = work / "deny_userns.py"
+    wrapper.write_text(DENY_USERNS)
+    env = fake_home.env()
+
+    def pg(*args):
+        return subprocess.run([sys.executable, str(wrapper), *args], cwd=work, env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    r = pg("run", "--isolation", "ns", "--", "true")
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "namespace backend is unavailable" in r.stderr and "seccomp" in r.stderr, r.stderr
+    doctor = pg("doctor", "--format", "json")
+    checks = {c["name"]: c for c in json.loads(doctor.stdout)["checks"]}
+    assert checks["ns.user"]["status"] == "missing" and "seccomp" in checks["ns.user"]["detail"]
+    assert pg("run", "--", "true").returncode == 0  # auto does not need namespaces
