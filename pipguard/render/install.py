@@ -21,7 +21,7 @@ def table(result, *, color: bool = False) -> str:
     if result.status in ("installed", "clean"):
         lines.append("observed clean in this run is evidence, not proof")
     if result.packages:
-        rows = [(p.name, p.version, "sdist" if p.from_sdist else "wheel", p.verdict,
+        rows = [(p.name, p.version, "built" if p.from_sdist else "wheel", p.verdict,
                  len(p.findings), len(p.events)) for p in result.packages]
         lines += ["", tabulate(rows, headers=("package", "version", "from", "verdict",
                                               "findings", "blocked"),
