@@ -40,7 +40,6 @@ def work(tmp_path):
     (["run", "--allow-network", "--allow-host", "pypi.org", "--", "touch", "ran"], "contradict"),
     (["run", "--allow-host", "pypi.org:99999", "--", "touch", "ran"], "port"),
     (["install", "--sandbox"], "nothing to install"),
-    (["install", "--sandbox", "-r", "/nonexistent/req.txt"], "not found"),
     (["frobnicate"], "frobnicate"),
 ])
 def test_bad_input_is_one_line_exit_2(work, args, words):
@@ -53,6 +52,18 @@ def test_bad_input_is_one_line_exit_2(work, args, words):
     assert words.lower() in lines[0].lower()
     assert not (work / "ran").exists(), "nothing may run on bad input"
     assert not list(work.glob("*.json"))
+
+
+@pytest.mark.parametrize("args, pip_words", [
+    (["-r", "/nonexistent/req.txt"], "requirements file"),
+    (["--no-such-pip-option", "x"], "no such option"),
+])
+def test_pip_errors_pass_through_as_pip_prints_them(work, args, pip_words):
+    """Bad pip input is pip's to reject: pip's message, then pipguard's one line; exit 2."""
+    r = cli("install", "--sandbox", *args, cwd=work)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert pip_words in r.stderr.lower() and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith("pipguard: ERROR")
 
 
 def test_refuses_home_or_root_as_build_dir(tmp_path):
