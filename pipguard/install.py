@@ -248,7 +248,7 @@ class Installer:
         if self.options.sandbox_only:
             return self._result("clean", "observed clean; nothing installed")
         if not self.gated:
-            return self._result("installed", "nothing to install (pip: requirements already satisfied)")
+            return self._result("installed", "pip installed nothing (requirements already satisfied, or --dry-run)")
         return self._result("installed", "installed")
 
     def _result(self, status: str, message: str) -> InstallResult:

@@ -371,3 +371,14 @@ def test_credentials_leave_pip_command_lines():
     assert args == ["install", "-f", "/local", "--find-links", "http://plain/x", "--", "-i", "kept"]
     assert env == {"PIP_INDEX_URL": "https://u:t@h/simple",
                    "PIP_EXTRA_INDEX_URL": "https://e/s https://a:b@x/s"}
+
+
+def test_dry_run_runs_metadata_hooks_sandboxed_and_installs_nothing(tmp_path, fake_home, links, target):
+    """pip --dry-run resolves, which prepares sdists' metadata: package code, sandboxed."""
+    before = listing(target)
+    proc, report = pg_install(["--dry-run", "legit_pure"], home=fake_home, target=target, route=links,
+                              cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Would install" in proc.stdout
+    assert listing(target) == before
+    assert "prepare_metadata_for_build_wheel" in [p["name"] for p in report["phases"]]
