@@ -24,6 +24,8 @@ from pipguard import exitcodes, render
 from pipguard.errors import PipguardError, UsageError
 
 _ISOLATION_CHOICES = ("auto", "audit", "os", "ns")
+#: ``run`` also offers the VM backend (install/sandbox/pkgbuild: after the launcher refactor)
+_RUN_ISOLATION_CHOICES = (*_ISOLATION_CHOICES, "vm")
 
 
 def _color(stream) -> bool:
@@ -103,7 +105,8 @@ def _fail(message: str, hint: Optional[str] = None, code: int = exitcodes.ERROR)
 
 def _run(isolation, allow_network, allow_hosts, allow_write, allow_read, deny_subprocess,
          keep_env, no_observe_reads, timeout, report_path, fmt, record_build_dir, command,
-         limit_memory=None, limit_processes=None, limit_cpu=None, limit_write=None) -> None:
+         limit_memory=None, limit_processes=None, limit_cpu=None, limit_write=None,
+         vm_accel="kvm") -> None:
     """The body of ``pipguard run`` (called by click, or by the fast path)."""
     from pipguard import limits
     from pipguard.policy import HostPort, Policy
@@ -118,6 +121,7 @@ def _run(isolation, allow_network, allow_hosts, allow_write, allow_read, deny_su
         allow_subprocess=not deny_subprocess,
         allow_write=allow_write, allow_read=allow_read, keep_env=keep_env,
         isolation=isolation, timeout=timeout, observe_reads=False if no_observe_reads else None,
+        vm_accel=vm_accel,
         **limits.policy_settings(limit_memory, limit_processes, limit_cpu, limit_write),
     )
     _sigterm_like_ctrl_c()
@@ -131,7 +135,8 @@ def _run(isolation, allow_network, allow_hosts, allow_write, allow_read, deny_su
     else:
         _echo(render.get(fmt)(report))
     if report.error:
-        raise SystemExit(exitcodes.INTERRUPTED)
+        # interrupted, or (vm) the guest stopped without a report: could not run it
+        raise SystemExit(exitcodes.INTERRUPTED if report.error.startswith("interrupted") else exitcodes.ERROR)
     raise SystemExit(exitcodes.from_wait_status(report.exit_code, report.timed_out))
 
 
@@ -267,8 +272,10 @@ def _doctor(fmt) -> None:
     from pipguard import doctor as doctor_mod
     from pipguard import host
 
+    from pipguard.backends import vm
+
     facts = host.probe()
-    checks = doctor_mod.checks(facts)
+    checks = doctor_mod.checks(facts) + doctor_mod.vm_checks(vm.probe())
     degraded = doctor_mod.default_isolation_degraded(checks)
     if fmt == "json":
         click.echo(json.dumps({"host": facts.to_json(),
@@ -309,9 +316,14 @@ def _click_app():
         """
 
     @cli.command(context_settings={"ignore_unknown_options": False})
-    @click.option("--isolation", type=_ISOLATION, default="auto", show_default=True,
+    @click.option("--isolation", type=click.Choice(list(_RUN_ISOLATION_CHOICES)), default="auto",
+                  show_default=True,
                   help="auto: every layer this kernel has (gaps recorded); os: fail unless the "
-                       "whole OS layer applies; audit: Python audit hooks only.")
+                       "whole OS layer applies; audit: Python audit hooks only; vm: in a QEMU "
+                       "guest running those layers (needs working KVM, or --vm-accel tcg).")
+    @click.option("--vm-accel", type=click.Choice(["kvm", "tcg"]), default="kvm", show_default=True,
+                  help="Under --isolation vm: kvm (exit 2 if KVM does not work here) or tcg "
+                       "(software emulation: slow, for review).")
     @click.option("--allow-network", is_flag=True, help="Lift the network ban (destinations are still recorded).")
     @click.option("--allow-host", "allow_hosts", multiple=True, metavar="HOST[:PORT]",
                   help="Allow only this destination (repeatable).")
@@ -336,7 +348,7 @@ def _click_app():
     @click.option("--limit-cpu", metavar="SECONDS", help="CPU time (default 14400).")
     @click.option("--limit-write", metavar="SIZE", help="Largest file the run may write (default 16G).")
     @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-    def run(isolation, allow_network, allow_hosts, allow_write, allow_read, deny_subprocess,
+    def run(isolation, vm_accel, allow_network, allow_hosts, allow_write, allow_read, deny_subprocess,
             keep_env, no_observe_reads, timeout, report_path, fmt, record_build_dir, command,
             limit_memory, limit_processes, limit_cpu, limit_write) -> None:
         """Run COMMAND in the sandbox: pipguard run [OPTIONS] -- CMD [ARG...]
@@ -346,7 +358,7 @@ def _click_app():
         """
         _run(isolation, allow_network, allow_hosts, allow_write, allow_read, deny_subprocess,
              keep_env, no_observe_reads, timeout, report_path, fmt, record_build_dir, command,
-             limit_memory, limit_processes, limit_cpu, limit_write)
+             limit_memory, limit_processes, limit_cpu, limit_write, vm_accel)
 
     def _install_options(f):
         """pipguard's own options of install and sandbox; every other argument is pip's."""

@@ -101,6 +101,28 @@ def ns_checks() -> List[Check]:
                   "--isolation ns (optional)") for part in ns.probe().parts]
 
 
+#: what each part of the VM backend's probe is needed for
+_VM_PARTS = {"qemu": "--isolation vm (QEMU)", "kernel": "--isolation vm (the guest kernel and its modules)",
+             "busybox": "--isolation vm (the guest's init)", "kvm": "--isolation vm at native speed"}
+
+
+def vm_checks(probe) -> List[Check]:
+    """Lines for the VM backend (``pipguard.backends.vm.probe()``). Optional:
+    ``auto`` never uses it, so none of them makes the default isolation degraded.
+    Without ``kvm`` the backend still runs with ``--vm-accel tcg``."""
+    out = []
+    for part in probe.parts:
+        if part.ok:
+            detail = "works (a probe guest booted)" if part.name == "kvm" else "found"
+            out.append(Check(f"vm.{part.name}", "ok", detail, _VM_PARTS.get(part.name, "--isolation vm")))
+        else:
+            status = "degraded" if part.name == "kvm" and probe.parts and \
+                all(p.ok for p in probe.parts if p.name != "kvm") else "missing"
+            detail = part.reason + ("; --vm-accel tcg still works (slow)" if status == "degraded" else "")
+            out.append(Check(f"vm.{part.name}", status, detail, _VM_PARTS.get(part.name, "--isolation vm")))
+    return out
+
+
 def default_isolation_degraded(checks: Sequence[Check]) -> bool:
     """True when ``--isolation auto`` would run without some part of the OS layer."""
     by_name = {c.name: c for c in checks}

@@ -15,7 +15,10 @@ from typing import Any, Mapping, Optional, Tuple
 from pipguard import limits
 from pipguard.errors import PolicyError, UsageError
 
-ISOLATION_LEVELS = ("auto", "audit", "os", "ns")
+ISOLATION_LEVELS = ("auto", "audit", "os", "ns", "vm")
+#: how the VM backend runs its guest (``isolation="vm"``): "kvm" (must work
+#: here, probed) or "tcg" (software emulation, slow: for review, never chosen silently)
+VM_ACCELS = ("kvm", "tcg")
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,11 @@ class Policy:
       recorded), ``os`` (fail if any OS-layer part is missing), ``ns`` (as
       ``os``, inside user/mount/pid/net/ipc/uts namespaces: fail if they are
       unavailable; ``auto`` does not choose it yet), ``audit`` (Python audit
-      hooks only, for non-Linux hosts).
+      hooks only, for non-Linux hosts), ``vm`` (a QEMU guest
+      running the layers above: :mod:`pipguard.backends.vm`; never chosen by
+      ``auto``).
+    - ``vm_accel``: under ``vm``, ``kvm`` (fails when KVM does not work
+      here) or ``tcg`` (software emulation, slow). Ignored otherwise.
     - ``timeout``: seconds; None means no limit.
     - ``writable_cwd``: the working directory is the build dir and writable.
     - ``private_roots``: directories that hold other tenants' data (``install``:
@@ -128,6 +135,7 @@ class Policy:
     limit_cpu: float = limits.DEFAULT_CPU_SECONDS
     limit_write: int = limits.DEFAULT_WRITE_BYTES
     private_roots: Tuple[str, ...] = ()
+    vm_accel: str = "kvm"
 
     def __post_init__(self) -> None:
         if self.isolation not in ISOLATION_LEVELS:
@@ -135,6 +143,8 @@ class Policy:
                 f"unknown isolation {self.isolation!r}",
                 hint=f"use one of: {', '.join(ISOLATION_LEVELS)}",
             )
+        if self.vm_accel not in VM_ACCELS:
+            raise PolicyError(f"unknown vm_accel {self.vm_accel!r}", hint=f"use one of: {', '.join(VM_ACCELS)}")
         if self.allow_network and self.allow_hosts:
             raise PolicyError(
                 "allow_network and allow_hosts contradict each other",

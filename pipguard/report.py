@@ -132,6 +132,9 @@ class Report:
     limits: Dict[str, Any] = field(default_factory=dict)
     #: the limit that ended the run or one of its processes, or None
     limit_hit: Optional[str] = None
+    #: under ``--isolation vm``: how the guest ran (accel, machine, kernel,
+    #: shares, qemu_exit, guest_report, console_tail); empty otherwise
+    vm: Dict[str, Any] = field(default_factory=dict)
 
     @property
     def blocked_events(self) -> Tuple[Event, ...]:
@@ -222,7 +225,7 @@ def from_json(data: Dict[str, Any]) -> Report:
         policy=dict(data.get("policy") or {}), host=dict(data.get("host") or {}), cwd=data.get("cwd", ""),
         started_at=float(data.get("started_at") or 0.0), duration=float(data.get("duration") or 0.0),
         error=data.get("error"), tool_version=data.get("tool_version", ""),
-        supervision=dict(data.get("supervision") or {}),
+        supervision=dict(data.get("supervision") or {}), vm=dict(data.get("vm") or {}),
     )
 
 

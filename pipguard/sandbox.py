@@ -66,6 +66,10 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
     the evidence survives; :func:`run_sandboxed` re-raises).
     """
     policy = policy or Policy()
+    if policy.isolation == "vm":  # a backend of its own until the launcher carries backends
+        from pipguard.backends import vm
+
+        return vm.run(argv, policy, cwd=cwd, env=env, record_build_dir=record_build_dir, progress=progress)
     notify = progress or (lambda message: None)
     argv = [os.fspath(a) for a in argv]
     possible, reason = _os_layer_possible()

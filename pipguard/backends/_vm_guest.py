@@ -1,0 +1,52 @@
+"""The guest side of the VM backend (:mod:`pipguard.backends.vm`).
+
+The guest's init (a busybox shell script in the initramfs) runs
+``python -m pipguard.backends._vm_guest CONFIG PORT`` as guest root, after it
+mounted the host's shares. This runs the command exactly as ``pipguard run``
+would inside the guest (audit hook, Landlock as far as the guest kernel has it,
+seccomp, the supervisor: :func:`pipguard.sandbox.run`) and writes the report,
+as JSON followed by :data:`END`, to the virtio-serial port ``PORT``: a channel
+of its own, never the command's stdout or stderr.
+
+A failure of pipguard itself in the guest (the command is missing there, a
+required layer is absent) is sent as ``{"guest_error": message, "hint": ...}``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+#: the line that ends a complete message on the report port (a guest killed or
+#: crashed mid-write leaves a message without it: the host then ignores it)
+END = b"\n#pipguard-vm-end\n"
+
+
+def _send(port: str, data: dict) -> None:
+    payload = json.dumps(data, separators=(",", ":"), default=str).encode() + END
+    with open(port, "wb", buffering=0) as fh:
+        view = memoryview(payload)
+        while view:
+            view = view[fh.write(view):]
+
+
+def main(argv) -> int:
+    config_path, port = argv[1], argv[2]
+    with open(config_path, encoding="utf-8") as fh:
+        config = json.load(fh)
+    from pipguard.errors import PipguardError
+    from pipguard.policy import Policy
+    from pipguard.sandbox import run
+
+    try:
+        report = run(config["argv"], Policy.from_mapping(config["policy"]), cwd=config["cwd"],
+                     env=config["env"], record_build_dir=False)
+    except PipguardError as exc:
+        _send(port, {"guest_error": exc.message, "hint": exc.hint, "blame": exc.blame})
+        return 2
+    _send(port, report.to_json())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
