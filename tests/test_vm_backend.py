@@ -1,0 +1,169 @@
+"""The VM backend (``--isolation vm``, pipguard/backends/vm.py), under TCG.
+
+Few and slow on purpose: every test here boots a real QEMU guest (software
+emulation: ~20-50 s each on a loaded 2-vCPU host). They need qemu-system-x86,
+a /boot kernel with its modules and busybox-static (``.ci/run`` installs them);
+missing, they skip (fail under PIPGUARD_REQUIRE_ALL_LAYERS=1).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from pipguard.backends import vm
+from pipguard.errors import LayerUnavailable, PolicyError
+from pipguard.policy import Policy
+from support import gates
+from support.env import clean_env
+
+_tools, _parts = vm.find_tools()
+_missing = "; ".join(f"{p.name}: {p.reason}" for p in _parts if p.reason)
+
+
+@pytest.fixture(autouse=True)
+def _needs_vm_tools():
+    if _tools is None:
+        if gates.strict():
+            pytest.fail(f"the VM backend's tools are missing: {_missing}")
+        pytest.skip(f"the VM backend's tools are missing: {_missing}")
+
+
+def _pipguard(args, cwd, home, timeout=600, prelude=None):
+    """``pipguard ARGS`` in a child Python; ``prelude``: the guest init's unsafe
+    test prelude (the CLI has no such option: it is patched into vm.run)."""
+    code = "import sys; from pipguard.cli import main; sys.argv[0] = 'pipguard'; main()"
+    if prelude is not None:
+        code = ("import functools; import pipguard.backends.vm as v; "
+                f"v.run = functools.partial(v.run, unsafe_guest_prelude={prelude!r}); " + code)
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, env=clean_env(home),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+GUEST_LOOK = r"""
+import errno, json, os, socket, sys
+marker, secret, port = sys.argv[1][::-1], sys.argv[2], int(sys.argv[3])  # reversed: not in our own argv
+seen = []
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            line = fh.read().replace(b"\0", b" ").decode()
+    except OSError:
+        continue
+    if line:  # kernel threads have none
+        seen.append(line)
+try:
+    open(secret).close(); secret_result = "read"
+except OSError as exc:
+    secret_result = errno.errorcode[exc.errno]
+s = socket.socket()
+s.settimeout(3)
+try:
+    s.connect(("127.0.0.1", port)); net = "connected"
+except OSError as exc:
+    net = errno.errorcode.get(exc.errno, str(exc))
+out = {"marker_seen": any(marker in c for c in seen), "processes": len(seen),
+       "secret": secret_result, "shadow": os.path.exists("/etc/shadow"),
+       "home_dir": os.path.exists(os.path.dirname(secret)),
+       "interfaces": sorted(os.listdir("/sys/class/net")), "net": net}
+with open("look.json", "w") as fh:
+    json.dump(out, fh)
+print("looked")
+"""
+
+
+def test_guest_sees_no_host_process_no_file_outside_its_shares_no_network(tmp_path, fake_home,
+                                                                          loopback_tcp):
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "look.py").write_text(GUEST_LOOK)
+    marker = f"pipguard-vm-host-marker-{os.getpid()}"
+    host_process = subprocess.Popen(["bash", "-c", f"exec -a {marker} sleep 600"])
+    secret = str(fake_home.secrets["id_rsa"])
+    try:
+        assert os.path.exists(secret)
+        time.sleep(0.2)
+        with open(f"/proc/{host_process.pid}/cmdline", "rb") as fh:
+            assert fh.read().startswith(marker.encode())  # visible on the host
+        result = _pipguard(["run", "--isolation", "vm", "--vm-accel", "tcg", "--report", str(tmp_path / "r.json"),
+                            "--", sys.executable, "look.py", marker[::-1], secret, str(loopback_tcp.port)],
+                           cwd=build, home=fake_home.path)
+    finally:
+        host_process.kill()
+        host_process.wait()
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "looked" in result.stdout  # the command's stdout came back over its own port
+    look = json.loads((build / "look.json").read_text())  # written through the read-write share
+    assert look["marker_seen"] is False and look["processes"] < 15
+    # ENOENT, not EACCES: the home is not in the VM at all (Landlock would say EACCES)
+    assert look["secret"] == "ENOENT" and look["home_dir"] is False
+    assert look["shadow"] is False  # the guest's /etc is a copy without the plan's secrets
+    assert look["interfaces"] == ["lo"]  # no network device
+    assert look["net"] != "connected" and loopback_tcp.received == []
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["isolation"]["requested"] == "vm"
+    assert {"vm", "audit", "landlock.fs", "seccomp"} <= set(report["isolation"]["applied"])
+    assert report["vm"]["accel"] == "tcg" and report["vm"]["guest_report"] is True
+    # the layers inside the guest saw (and refused) the connection: failed AND reported
+    assert any(e["kind"] == "network" and e["action"] == "blocked" for e in report["events"]), report["events"]
+    assert report["verdict"] == "blocked"
+    # the guest's modes stay in xattrs: what it wrote is a plain 0644 file on the host
+    assert (build / "look.json").stat().st_mode & 0o7777 == 0o644
+
+
+def test_timeout_kills_the_vm_and_the_report_is_written(tmp_path, fake_home):
+    started = time.monotonic()
+    result = _pipguard(["run", "--isolation", "vm", "--vm-accel", "tcg", "--timeout", "15",
+                        "--report", str(tmp_path / "r.json"), "--", "sleep", "600"],
+                       cwd=tmp_path, home=fake_home.path)
+    took = time.monotonic() - started
+    assert result.returncode == 124, result.stderr[-2000:]
+    assert took < 15 + 60
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["timed_out"] is True and report["exit_code"] is None
+    assert report["vm"]["qemu_exit"] == -9  # pipguard killed QEMU itself
+    assert report["vm"]["guest_report"] is False
+
+
+def test_a_guest_kernel_crash_gives_exit_2_and_the_console_tail(tmp_path, fake_home):
+    result = _pipguard(["run", "--isolation", "vm", "--vm-accel", "tcg", "--timeout", "300",
+                        "--report", str(tmp_path / "r.json"), "--", "true"],
+                       cwd=tmp_path, home=fake_home.path, prelude="echo c > /proc/sysrq-trigger")
+    assert result.returncode == 2, result.stderr[-2000:]
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["verdict"] == "error" and "kernel crashed" in report["error"]
+    tail = "\n".join(report["vm"]["console_tail"])
+    assert "sysrq" in tail.lower() and "Kernel panic" in tail, tail
+
+
+def test_without_working_kvm_vm_exits_2_with_the_reason(tmp_path, fake_home):
+    kvm = next(p for p in vm.probe().parts if p.name == "kvm")
+    if kvm.ok:
+        pytest.skip("KVM works here: the refusal path cannot be provoked")  # GitHub runners
+    result = _pipguard(["run", "--isolation", "vm", "--", "true"], cwd=tmp_path, home=fake_home.path)
+    assert result.returncode == 2
+    assert "KVM does not work here" in result.stderr and "--vm-accel tcg" in result.stderr
+    with pytest.raises(LayerUnavailable, match="KVM"):
+        vm.run(["true"], Policy(isolation="vm"), cwd=str(tmp_path))
+    doctor = _pipguard(["doctor", "--format", "json"], cwd=tmp_path, home=fake_home.path)
+    checks = {c["name"]: c for c in json.loads(doctor.stdout)["checks"]}
+    assert checks["vm.kvm"]["status"] == "degraded" and checks["vm.qemu"]["status"] == "ok"
+
+
+def test_vm_policy_settings_are_checked(tmp_path):
+    with pytest.raises(PolicyError, match="vm_accel"):
+        Policy(isolation="vm", vm_accel="hvf")
+    with pytest.raises(LayerUnavailable, match="no network"):
+        vm.run(["true"], Policy(isolation="vm", vm_accel="tcg", allow_network=True), cwd=str(tmp_path))
+
+
+def test_auto_never_picks_vm(tmp_path):
+    from pipguard.sandbox import run
+
+    report = run(["true"], Policy(), cwd=str(tmp_path))
+    assert report.exit_code == 0
+    assert "vm" not in report.isolation.applied and report.vm == {}
