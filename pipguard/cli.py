@@ -504,6 +504,7 @@ def _fast_run_params(args: List[str]) -> Optional[Dict[str, Any]]:
         "allow_read": (), "deny_subprocess": False, "keep_env": (), "no_observe_reads": False,
         "timeout": None, "report_path": None, "fmt": "table", "record_build_dir": False,
         "limit_memory": None, "limit_processes": None, "limit_cpu": None, "limit_write": None,
+        "vm_accel": "kvm",  # --vm-accel itself is left to click
     }
     given = set()
     i = 1
