@@ -75,7 +75,7 @@ def confine_and_exec(config: dict) -> None:
     status["listener_fd"] = listener
     if entered is not None:
         status["ns"] = entered
-        status["applied"] = ["ns", *status["applied"]]
+        status["applied"] = ["ns", *status["applied"]]  # type: ignore[misc]
     _send(control_fd, status)
     # Wait until the supervisor holds the listener: our own execve below is a
     # notified syscall and would otherwise block on nobody.

@@ -26,7 +26,7 @@ import json
 import os
 import stat
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from pipguard.policy import HostPort, Policy
 from pipguard.report import Report
@@ -195,7 +195,7 @@ def _load_toml(path: str) -> dict:
 def sandbox_policy(call: HookCall, *, isolation: str, build_hosts: Sequence[HostPort],
                    timeout: Optional[float], keep_env: Sequence[str], observe_reads: bool,
                    extra_read: Sequence[str] = (), extra_write: Sequence[str] = (),
-                   limits: Optional[Dict[str, float]] = None) -> Policy:
+                   limits: Optional[Dict[str, Any]] = None) -> Policy:
     return Policy(
         **(limits or {}),
         isolation=isolation, allow_hosts=tuple(build_hosts),

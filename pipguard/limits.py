@@ -35,7 +35,7 @@ import re
 import resource
 import signal
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from pipguard.errors import UsageError
 
@@ -83,11 +83,11 @@ FLAGS = {"--limit-memory": "limit_memory", "--limit-processes": "limit_processes
 
 
 def policy_settings(memory: Optional[str] = None, processes: Optional[str] = None,
-                    cpu: Optional[str] = None, write: Optional[str] = None) -> Dict[str, float]:
+                    cpu: Optional[str] = None, write: Optional[str] = None) -> Dict[str, Any]:
     """The Policy settings for the ``--limit-*`` flags that were given (as
     typed: ``"4G"``, ``"500"``...): ``Policy(**policy_settings(...))``.
     None means the flag was not given (the Policy default holds)."""
-    settings: Dict[str, float] = {}
+    settings: Dict[str, Any] = {}
     if memory is not None:
         settings["limit_memory"] = parse_size(memory, "--limit-memory")
     if processes is not None:
@@ -123,7 +123,8 @@ class AppliedLimit:
 
 def _mounts() -> Tuple[Optional[str], Dict[str, str]]:
     """The cgroup2 mount point, and controller -> cgroup v1 mount point."""
-    v2, v1 = None, {}
+    v2: Optional[str] = None
+    v1: Dict[str, str] = {}
     try:
         with open("/proc/self/mountinfo") as fh:
             lines = fh.read().splitlines()
@@ -327,7 +328,7 @@ def prepare(memory: int, processes: int, cpu: float, write: int) -> Prepared:
                 cgroup.v2 = None
     else:
         unavailable["cgroup2"] = "no cgroup2 hierarchy mounted"
-    for controller, knob, value in (("memory", "memory.limit_in_bytes", memory),
+    for controller, knob, limit in (("memory", "memory.limit_in_bytes", memory),
                                     ("pids", "pids.max", processes)):
         if controller in enforced or controller not in v1_mounts or controller not in own:
             continue
@@ -336,7 +337,7 @@ def prepare(memory: int, processes: int, cpu: float, write: int) -> Prepared:
         try:
             os.mkdir(directory, 0o755)
             cgroup.v1[controller] = directory
-            _write(os.path.join(directory, knob), str(value))
+            _write(os.path.join(directory, knob), str(limit))
             enforced.add(controller)
         except OSError as exc:
             unavailable[f"cgroup1.{controller}"] = f"cannot use {parent}: {exc.strerror or exc}"
@@ -371,4 +372,4 @@ class _quiet:
 
 
 #: signal that ends a process over an rlimit -> limit name
-RLIMIT_SIGNALS = {signal.SIGXCPU: "cpu", signal.SIGXFSZ: "write"}
+RLIMIT_SIGNALS: Dict[int, str] = {int(signal.SIGXCPU): "cpu", int(signal.SIGXFSZ): "write"}
