@@ -197,7 +197,7 @@ class Installer:
         self.gate_answered = False
         mode = "sandbox" if options.sandbox_only else "install"
         self.command = ("pipguard", mode, *(("--sandbox",) if mode == "install" and not options.binary_only
-                                            else ()), *options.pip_args)
+                                            else ()), *_redacted(options.pip_args))
 
     # ------------------------------------------------------------------ run
     def run(self) -> InstallResult:
@@ -462,6 +462,13 @@ def _top_level_modules(target: str) -> List[str]:
         elif os.path.isdir(os.path.join(target, name)) and name.isidentifier():
             out.add(name)
     return sorted(out)
+
+
+def _redacted(args: Sequence[str]) -> List[str]:
+    """The command line for the report: a URL's credentials never reach it (CI uploads reports)."""
+    from pipguard._seam.target import redact_credentials
+
+    return redact_credentials(args)
 
 
 def _why(result: PackageResult) -> str:

@@ -43,6 +43,7 @@ built by pipguard from an allow-list).
 import array
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -202,6 +203,15 @@ def move_credentials(args, env):
         else:  # append options: pip adds the command line's values to the environment's
             env[variable] = " ".join(([env[variable]] if env.get(variable) else []) + values)
     return out, env
+
+
+_USER_PART = re.compile(r"(://)[^/@\s]+@")
+
+
+def redact_credentials(args):
+    """``args`` with the user part of every URL in them (``https://user:token@host``) shown
+    as ``***``: for the report and messages, which CI uploads (the command line is pip's)."""
+    return [_USER_PART.sub(r"\1***@", a) if isinstance(a, str) else a for a in args]
 
 
 def rewrite(argv):
