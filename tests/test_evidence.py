@@ -271,7 +271,7 @@ def test_event_list_is_capped(work, fake_home):
     script = work / "flood.py"
     script.write_text(textwrap.dedent("""
         import os
-        for i in range(12500):
+        for i in range(21000):  # each a refusal (a finding): past both allowances
             try:
                 open("/pipguard-flood-%d" % i, "w")
             except OSError:
@@ -282,9 +282,11 @@ def test_event_list_is_capped(work, fake_home):
     assert r.returncode == 0 and "done" in r.stdout, r.stderr[-2000:]
     report = r.report
     cap = report["policy"]["max_events"]
-    assert len(report["events"]) == cap
-    assert report["events_dropped"] >= 12500 - cap
-    assert [e["seq"] for e in report["events"]] == list(range(1, cap + 1))
+    # findings get a second allowance of max_events (a flood must not push a refusal out:
+    # test_install_attacks.py::test_event_flood_cannot_hide_a_blocked_attempt)
+    assert len(report["events"]) == 2 * cap
+    assert report["events_dropped"] >= 21000 - 2 * cap
+    assert [e["seq"] for e in report["events"]] == list(range(1, 2 * cap + 1))
     assert not any(name.startswith("pipguard-flood-") for name in os.listdir("/"))
 
 
@@ -320,11 +322,11 @@ def test_zz_fork_bomb_is_bounded(work, fake_home):
     assert report["timed_out"] is True and r.returncode == 124
     limit = report["policy"]["limit_processes"]
     assert r.blocked(kind="process", rule="limit-processes"), report["events"][:5]
-    assert len(report["events"]) <= report["policy"]["max_events"]
+    assert len(report["events"]) <= 2 * report["policy"]["max_events"]  # findings' allowance
     assert len(report["processes"]) <= report["policy"]["max_events"] + limit
     print({"events": len(report["events"]), "dropped": report["events_dropped"],
            "processes": len(report["processes"]), "elapsed": round(elapsed, 1)})
-    if len(report["events"]) == report["policy"]["max_events"]:
+    if len(report["events"]) == 2 * report["policy"]["max_events"]:
         assert report["events_dropped"] > 0
     # pipguard itself stayed small (max RSS of our children: the CLI and whatever it reaped)
     peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
