@@ -14,10 +14,7 @@ now fail and be reported.
 
 from __future__ import annotations
 
-import os
-import subprocess
 import textwrap
-from pathlib import Path
 
 import pytest
 
