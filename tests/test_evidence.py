@@ -316,13 +316,15 @@ def test_zz_fork_bomb_is_bounded(work, fake_home):
     """))
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     started = time.monotonic()
-    r = run_os([PY, "-I", script], work, fake_home, "--timeout", "10", timeout=120)
+    r = run_os([PY, "-I", script], work, fake_home, "--timeout", "10", "--limit-processes", "300",
+               timeout=120)  # a low limit: reached in time even on a loaded machine
     elapsed = time.monotonic() - started
     report = r.report
     assert report["timed_out"] is True and r.returncode == 124
     limit = report["policy"]["limit_processes"]
     assert r.blocked(kind="process", rule="limit-processes"), report["events"][:5]
-    assert len(report["events"]) <= 2 * report["policy"]["max_events"]  # findings' allowance
+    # the findings allowance, plus the few limit events that are kept past every cap
+    assert len(report["events"]) <= 2 * report["policy"]["max_events"] + 10
     assert len(report["processes"]) <= report["policy"]["max_events"] + limit
     print({"events": len(report["events"]), "dropped": report["events_dropped"],
            "processes": len(report["processes"]), "elapsed": round(elapsed, 1)})
