@@ -802,6 +802,38 @@ def _make_hook(config, dumps=None):
         env[key] = sep.join([value] + parts)
         env[cfg_key] = cfg_value
 
+    def env_hooked(env):
+        """Whether a child started with ``env`` would install this hook:
+        the config variable is ours and PYTHONPATH starts with the hook dir."""
+        try:
+            if env and isinstance(next(iter(env)), bytes):
+                cfg, path, sep = env.get(fsencode(CONFIG_NAME)), env.get(b"PYTHONPATH"), b":"
+                want_cfg, want_dir = fsencode(config_text), fsencode(hook_dir)
+            else:
+                cfg, path, sep = env.get(CONFIG_NAME), env.get("PYTHONPATH"), ":"
+                want_cfg, want_dir = config_text, hook_dir
+            return cfg == want_cfg and path is not None and path.split(sep)[0] == want_dir
+        except Exception:
+            return False
+
+    def exec_unhooked(executable, argv, env, _environ=os.environ):
+        """Why an os.exec*/os.posix_spawn* call would start its program
+        without this hook, or None. CPython converts argv and env to C
+        arrays *before* these audit events, so the hook cannot rewrite them
+        there (it can for Popen, through fork_exec): the wrappers installed
+        over posix.exec*/posix_spawn* rewrite first, and whatever reaches
+        the event unrewritten is refused."""
+        if not env_hooked(_environ if env is None else env):
+            return "the child's environment lacks the audit hook"
+        exe = executable if executable is not None else (argv[0] if argv else "")
+        try:
+            exe = plain(fsdecode(exe))
+        except TypeError:
+            exe = str(exe)
+        if argv and is_python(exe) and needs_boot(list(argv)) is not None:
+            return "a Python child started with -I/-E/-S would run without the audit hook"
+        return None
+
     def on_proc(event, args):
         if event in ("os.kill", "os.killpg"):
             pid, sig = args[0], args[1]
@@ -832,7 +864,11 @@ def _make_hook(config, dumps=None):
         if not subprocess_ok:
             return deny("process", target, "subprocess-denied",
                         "this sandbox does not allow starting processes", detail)
-        if argv is not None or env is not None:
+        if event == "os.exec" or event == "os.posix_spawn":
+            why = exec_unhooked(executable, argv, env)
+            if why:
+                return deny("process", target, "unhookable-child", why, detail)
+        elif argv is not None or env is not None:
             problem = prepare_child(argv if argv is not None else [], env, executable)
             if problem:
                 return problem
@@ -950,7 +986,37 @@ def _make_hook(config, dumps=None):
     def resolver_wrapper(original):
         return Resolver(original)
 
-    return hook, fork_exec_wrapper, inject_env, os_open_wrapper, resolver_wrapper
+    class Exec(object):
+        """``posix.execv``/``execve``/``posix_spawn``/``posix_spawnp`` that
+        start the program hooked: the environment (``os.environ`` for
+        execv) gets the hook's variables, a Python argv with -I/-E/-S the
+        boot script. Reaching the original directly changes nothing: the
+        audit event refuses what was not rewritten."""
+
+        __slots__ = ("_original", "_spawn")
+        __module__ = "_pipguard_hook"
+
+        def __init__(self, original, spawn):
+            self._original = original
+            self._spawn = spawn
+
+        def __call__(self, path, argv, env=None, *rest, _environ=os.environ, **kwargs):
+            if self._spawn == "execv":
+                env = _environ
+            new_env = dict(env) if env is not None else None
+            new_argv = list(argv) if isinstance(argv, (list, tuple)) else argv
+            if new_env is not None:
+                inject_env(new_env)
+            if isinstance(new_argv, list):
+                prepare_child(new_argv, None, path)
+            if self._spawn == "execv":
+                return self._original(path, new_argv, new_env)
+            return self._original(path, new_argv, new_env, *rest, **kwargs)
+
+    def exec_wrapper(original, kind):
+        return Exec(original, kind)
+
+    return hook, fork_exec_wrapper, inject_env, os_open_wrapper, resolver_wrapper, exec_wrapper
 
 
 def _fork_exec_factory(original, subprocess_ok, deny, fsdecode, fsencode, inject_env,
@@ -1122,7 +1188,8 @@ def install():
     loads, dumps = _json_codec()
     config = loads(text)
     config["_text"] = text
-    hook, fork_exec_wrapper, inject_env, os_open_wrapper, resolver_wrapper = _make_hook(config, dumps)
+    hook, fork_exec_wrapper, inject_env, os_open_wrapper, resolver_wrapper, exec_wrapper = \
+        _make_hook(config, dumps)
     if config.get("network") in ("all", "hosts"):  # lookups can succeed: report their answers
         import _socket
 
@@ -1137,6 +1204,17 @@ def install():
     if posix.open in os.supports_dir_fd:  # shutil.rmtree picks its safe variant by this
         os.supports_dir_fd.add(wrapped)
     posix.open = os.open = wrapped
+    # os.execv(e) and os.posix_spawn(p) parse argv/env before their audit
+    # event: rewrite them here (os.execl*/spawn*/pty.spawn call these).
+    # execv becomes execve with this process's environment, hooked.
+    for name, kind, via in (("execv", "execv", "execve"), ("execve", "execve", "execve"),
+                            ("posix_spawn", "spawn", "posix_spawn"),
+                            ("posix_spawnp", "spawn", "posix_spawnp")):
+        original = getattr(posix, via, None)
+        if original is not None and hasattr(posix, name):
+            replacement = exec_wrapper(original, kind)
+            setattr(posix, name, replacement)
+            setattr(os, name, replacement)
     # Keep the environment of this process hooked for children that inherit
     # it (os.system, multiprocessing, shells that start Python).
     inject_env(os.environ)
