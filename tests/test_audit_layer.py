@@ -448,3 +448,35 @@ def test_exec_original_function_cannot_start_unhooked(work, fake_home, loopback_
     """, work, fake_home)
     assert "refused" in r.stdout and not loopback_tcp.wait(timeout=0.5)
     assert r.blocked(kind="process", rule="unhookable-child")
+
+
+@pytest.mark.parametrize("trick", ["unsetenv_execv", "lying_mapping"])
+def test_exec_original_with_tricked_environment_is_refused(work, fake_home, loopback_tcp, trick):
+    """Two ways to make the hook's view of the child's environment differ from
+    the kernel's: drop PYTHONPATH from the C environ behind os.environ's back,
+    or pass a mapping whose get() says "hooked" while its items say nothing."""
+    code = f"import socket; socket.create_connection(('127.0.0.1', {loopback_tcp.port}))"
+    invoke = {
+        # a second instance of the posix module has the unwrapped execv
+        "unsetenv_execv": "import _imp, importlib.machinery as m; raw = _imp.create_builtin(m.ModuleSpec('posix', None));"
+                          " raw.unsetenv('PYTHONPATH'); raw.unsetenv('PIPGUARD_HOOK');"
+                          " raw.execv(sys.executable, [sys.executable, '-c', code])",
+        "lying_mapping": "real = dict(os.environ)\n"
+                         "                class Lie(dict):\n"
+                         "                    def get(self, k, d=None): return real.get(k, d)\n"
+                         "                os.execve._original(sys.executable, [sys.executable, '-c', code], Lie())",
+    }[trick]
+    r = run_py(f"""
+        import os, sys
+        code = {code!r}
+        pid = os.fork()
+        if pid == 0:
+            try:
+                {invoke}
+            except PermissionError:
+                print("refused", flush=True)
+            os._exit(0)
+        os.waitpid(pid, 0)
+    """, work, fake_home)
+    assert "refused" in r.stdout and not loopback_tcp.wait(timeout=0.5), r.stderr[-2000:]
+    assert r.blocked(kind="process", rule="unhookable-child")

@@ -802,29 +802,37 @@ def _make_hook(config, dumps=None):
         env[key] = sep.join([value] + parts)
         env[cfg_key] = cfg_value
 
-    def env_hooked(env):
-        """Whether a child started with ``env`` would install this hook:
-        the config variable is ours and PYTHONPATH starts with the hook dir."""
-        try:
-            if env and isinstance(next(iter(env)), bytes):
-                cfg, path, sep = env.get(fsencode(CONFIG_NAME)), env.get(b"PYTHONPATH"), b":"
-                want_cfg, want_dir = fsencode(config_text), fsencode(hook_dir)
-            else:
-                cfg, path, sep = env.get(CONFIG_NAME), env.get("PYTHONPATH"), ":"
-                want_cfg, want_dir = config_text, hook_dir
-            return cfg == want_cfg and path is not None and path.split(sep)[0] == want_dir
-        except Exception:
+    def env_hooked(env, _get=dict.get, _bytes=bytes, _str=str):
+        """Whether a child started with ``env`` (an exact dict: a mapping of
+        another type could answer us differently than the C code that reads
+        it) would install this hook: the config variable is ours and
+        PYTHONPATH starts with the hook dir."""
+        if type(env) is not dict:
             return False
+        cfg, path = _get(env, CONFIG_NAME), _get(env, "PYTHONPATH")
+        if cfg is None and path is None:
+            cfg, path = _get(env, fsencode(CONFIG_NAME)), _get(env, b"PYTHONPATH")
+            want_cfg, want_dir, sep = fsencode(config_text), fsencode(hook_dir), b":"
+            kind = _bytes
+        else:
+            want_cfg, want_dir, sep, kind = config_text, hook_dir, ":", _str
+        if type(cfg) is not kind or type(path) is not kind:
+            return False
+        return cfg == want_cfg and path.split(sep)[0] == want_dir
 
-    def exec_unhooked(executable, argv, env, _environ=os.environ):
+    def exec_unhooked(executable, argv, env):
         """Why an os.exec*/os.posix_spawn* call would start its program
         without this hook, or None. CPython converts argv and env to C
         arrays *before* these audit events, so the hook cannot rewrite them
         there (it can for Popen, through fork_exec): the wrappers installed
-        over posix.exec*/posix_spawn* rewrite first, and whatever reaches
-        the event unrewritten is refused."""
-        if not env_hooked(_environ if env is None else env):
+        over posix.exec*/posix_spawn* rewrite copies first and always pass
+        an explicit environment; whatever reaches the event unrewritten —
+        including env None, whose C ``environ`` os.environ may not mirror
+        (``posix.unsetenv``) — is refused."""
+        if env is None or not env_hooked(env):
             return "the child's environment lacks the audit hook"
+        if type(argv) is not list and type(argv) is not tuple:
+            return "argv of an unexpected type"
         exe = executable if executable is not None else (argv[0] if argv else "")
         try:
             exe = plain(fsdecode(exe))
@@ -1000,14 +1008,15 @@ def _make_hook(config, dumps=None):
             self._original = original
             self._spawn = spawn
 
-        def __call__(self, path, argv, env=None, *rest, _environ=os.environ, **kwargs):
+        def __call__(self, path, argv, env=None, *rest, _environ=os.environ, _dict=dict,
+                     _list=list, **kwargs):
             if self._spawn == "execv":
                 env = _environ
-            new_env = dict(env) if env is not None else None
-            new_argv = list(argv) if isinstance(argv, (list, tuple)) else argv
+            new_env = _dict(env) if env is not None else None
+            new_argv = _list(argv) if isinstance(argv, (list, tuple)) else argv
             if new_env is not None:
                 inject_env(new_env)
-            if isinstance(new_argv, list):
+            if type(new_argv) is _list:
                 prepare_child(new_argv, None, path)
             if self._spawn == "execv":
                 return self._original(path, new_argv, new_env)
