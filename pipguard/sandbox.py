@@ -19,6 +19,8 @@ import pipguard
 from pipguard import exitcodes, files, limits, sandbox_user
 from pipguard.errors import PipguardError
 from pipguard.plan import Plan, cleanup, make_plan, precompile_hook
+
+HOOK_CONFIG = "PIPGUARD_HOOK"
 from pipguard.policy import Policy
 from pipguard.report import Event, LayerStatus, ProcessRecord, Report
 
@@ -97,6 +99,7 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
             # as root, the sandbox runs as a leased unprivileged uid (docs/sandbox.md, "Running as
             # root"); the namespace backend maps its own uid and needs no grants (idmapped mounts)
             lease = sandbox_user.prepare(plan, policy.allow_read)
+            plan.env[HOOK_CONFIG] = sandbox_user.hook_config(plan.env[HOOK_CONFIG], lease.user)
         roots = [r for r in plan.write_roots if (record_build_dir or r != plan.cwd)
                  and r not in plan.namespace_tmpfs]
         before = files.snapshot(roots)

@@ -140,16 +140,19 @@ def _usable(n: int, maps) -> bool:
 
 
 def processes_of(uid: int) -> List[int]:
-    """Pids whose real, effective, saved or filesystem uid is ``uid``."""
+    """Live (not zombie) pids whose real, effective, saved or filesystem uid is ``uid``."""
     out = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
             with open(f"/proc/{name}/status") as f:
+                zombie = False
                 for line in f:
-                    if line.startswith("Uid:"):
-                        if str(uid) in line.split()[1:]:
+                    if line.startswith("State:"):
+                        zombie = line.split()[1] in ("Z", "X")
+                    elif line.startswith("Uid:"):
+                        if not zombie and str(uid) in line.split()[1:]:
                             out.append(int(name))
                         break
         except OSError:
@@ -424,12 +427,22 @@ def _remove_owned_entries(directory: str, uid: int, notes: List[str]) -> None:
                 pass
 
 
+def _maps():
+    return (_id_map("/proc/self/uid_map"), _id_map("/proc/self/gid_map"),
+            _subordinate("/etc/subuid"), _subordinate("/etc/subgid"))
+
+
+def usable_count() -> int:
+    """How many uids of :data:`UIDS` this host could lease (for ``doctor``)."""
+    maps = _maps()
+    return sum(1 for n in UIDS if _usable(n, maps))
+
+
 def lease(candidates: Iterable[int] = UIDS) -> Lease:
     """Lease the lowest free sandbox uid. Undoes a previous holder's journal
     first (a pipguard killed mid-run)."""
     state = _state_dir()
-    maps = (_id_map("/proc/self/uid_map"), _id_map("/proc/self/gid_map"),
-            _subordinate("/etc/subuid"), _subordinate("/etc/subgid"))
+    maps = _maps()
     for n in candidates:
         if not _usable(n, maps):
             continue
@@ -450,6 +463,14 @@ def lease(candidates: Iterable[int] = UIDS) -> Lease:
         return Lease(user, fd, state)
     raise SandboxUserError(f"no free sandbox uid in {UIDS.start}-{UIDS.stop - 1} (mapped, not in passwd/group/subuid)",
                            hint="run pipguard as an unprivileged user, or in a user namespace that maps that range")
+
+
+def hook_config(text: str, user: SandboxUser) -> str:
+    """The audit hook's configuration with the sandbox user added: the hook
+    then reports reads the kernel refuses that user (root-only files)."""
+    config = json.loads(text)
+    config["sandbox_user"] = [user.uid, user.gid]
+    return json.dumps(config, separators=(",", ":"))
 
 
 def prepare(plan, allow_read: Sequence[str] = ()) -> Lease:
@@ -483,4 +504,4 @@ def prepare(plan, allow_read: Sequence[str] = ()) -> Lease:
     return held
 
 
-__all__ = ["SandboxUser", "Lease", "UIDS", "lease", "needed", "prepare", "undo", "kill_all", "processes_of"]
+__all__ = ["SandboxUser", "Lease", "UIDS", "hook_config", "lease", "needed", "prepare", "undo", "kill_all", "processes_of"]

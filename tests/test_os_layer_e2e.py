@@ -401,6 +401,8 @@ def _as_nobody(try_one_bin, action, *args, home, work):
              cwd=work, env=home.env(), runner=support.run_as_nobody)
     assert r.report is not None, r.stderr
     assert r.report["host"]["euid"] == support.NOBODY
+    # unprivileged: no sandbox-user switch, the sandbox keeps the caller's uid
+    assert r.report["host"]["sandbox_uid"] == support.NOBODY and "user" not in r.report["isolation"]["applied"]
     return parse_try_one(r.stdout), r
 
 

@@ -576,8 +576,24 @@ def _make_hook(config, dumps=None):
         except OSError:
             return "<fd %d>" % fd
 
+    def unreadable(path, _access=os.access, _R_OK=os.R_OK, _lstat=lstat, _deny=deny):
+        """As root, the sandbox runs as its own uid: an existing file the
+        kernel will not let it read (root-only, mode 0600...) is refused
+        here too, so that the attempt is reported (access(2) checks the real
+        uid's permissions, which is the sandbox user's; Landlock plays no
+        part in it)."""
+        if _access(path, _R_OK):
+            return None
+        try:
+            _lstat(path)
+        except OSError:
+            return None  # absent, or not even reachable: nothing was there to read
+        return _deny("file-read", path, "sandbox-user-denied",
+                     "the sandbox user may not read this file")
+
     def on_open(args, _text=as_text, _locate=locate, _read=check_read, _write=check_write,
-                _write_flags=O_WRONLY | O_RDWR | O_CREAT | O_TRUNC | O_APPEND):
+                _write_flags=O_WRONLY | O_RDWR | O_CREAT | O_TRUNC | O_APPEND,
+                _dac=bool(config.get("sandbox_user")), _unreadable=unreadable):
         path, mode, flags = args[0], args[1], args[2]
         if type(path) is not str:
             if path is None or issubclass(type(path), int):  # not isinstance: __class__ can lie
@@ -593,7 +609,8 @@ def _make_hook(config, dumps=None):
             writing = flags is not None and flags >= 0 and flags & _write_flags != 0
         if writing:
             return _write(_locate(path))
-        return _read(_locate(path))
+        path = _locate(path)
+        return _read(path) or (_unreadable(path) if _dac else None)
 
     def at(path, dir_fd, follow=True, _text=as_text, _locate=locate, _fd_path=fd_path):
         """The path an *at() call acts on; dir_fd counts for relative paths only."""
