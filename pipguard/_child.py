@@ -91,7 +91,7 @@ def confine_and_exec(config: dict) -> None:
     entered = ns_backend.enter(config["ns"], control_fd) if config.get("ns") else None
     os.chdir(config["cwd"])
 
-    status = {"applied": [], "unavailable": {}, "landlock_abi": 0}
+    status: dict = {"applied": [], "unavailable": {}, "landlock_abi": 0}
     if config.get("run_as"):
         uid, gid = config["run_as"]
         try:
