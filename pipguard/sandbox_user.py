@@ -179,7 +179,8 @@ def kill_all(uid: int) -> List[int]:
 
 
 def _walk(top: str) -> Iterator[Tuple[str, os.stat_result]]:
-    """``top`` and everything below it, never following a symlink."""
+    """``top`` and everything below it on the same filesystem, never
+    following a symlink (a mount inside a build dir is not part of it)."""
     try:
         st = os.lstat(top)
     except OSError:
@@ -187,13 +188,28 @@ def _walk(top: str) -> Iterator[Tuple[str, os.stat_result]]:
     yield top, st
     if not stat.S_ISDIR(st.st_mode):
         return
+    device = st.st_dev
     for dirpath, dirnames, filenames in os.walk(top, followlinks=False):
+        keep = []
         for name in dirnames + filenames:
             path = os.path.join(dirpath, name)
             try:
-                yield path, os.lstat(path)
+                entry = os.lstat(path)
             except OSError:
                 continue
+            if entry.st_dev != device:
+                continue
+            if name in dirnames and stat.S_ISDIR(entry.st_mode):
+                keep.append(name)
+            yield path, entry
+        dirnames[:] = keep
+
+
+def _shared_inode(st: os.stat_result) -> bool:
+    """A file with more than one name: granting it would grant its other
+    names too, wherever they are (a hard link to /etc/shadow in a source
+    tree). Never granted; the sandbox may still replace it in a writable dir."""
+    return not stat.S_ISDIR(st.st_mode) and st.st_nlink > 1
 
 
 def _ancestors(path: str) -> List[str]:
@@ -235,6 +251,9 @@ class Lease:
     # -- grants ------------------------------------------------------------------------------
     def _grant(self, path: str, st: os.stat_result, perm: int) -> None:
         if stat.S_ISLNK(st.st_mode) or acl.effective_other(st.st_mode, perm) or not perm:
+            return
+        if _shared_inode(st):
+            self.cleanup_notes.append(f"not granted (hard-linked): {path}")
             return
         key = (st.st_dev, st.st_ino)
         self._log(op="acl", path=path, dev=st.st_dev, ino=st.st_ino, had=None)  # before the change

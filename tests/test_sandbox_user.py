@@ -433,3 +433,28 @@ def test_acl_refuses_to_widen_a_narrowing_mask(tmp_path):
     os.setxattr(f, acl.XATTR, acl.encode(entries))
     with pytest.raises(acl.AclError):
         acl.grant_user(str(f), sandbox_user.UIDS.start, 7)
+
+
+@requires("root")
+@pytest.mark.parametrize("where", ["build-dir", "allow-read"])
+def test_a_hard_link_in_a_granted_tree_grants_nothing(tmp_path, fake_home, where):
+    """A source tree (or --allow-read tree) holding a hard link to a root-only file elsewhere:
+    granting the link would grant that inode. The sandbox can read neither name."""
+    secret = Path(tempfile.mkdtemp(prefix="pipguard-test-secret-"), "key")
+    secret.write_text("PIPGUARD-HARDLINKED-SECRET")
+    os.chmod(secret, 0o600)
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    os.link(secret, tree / "innocent.txt")
+    other = tmp_path / "work"
+    other.mkdir()
+    try:
+        work = tree if where == "build-dir" else other
+        extra = ["--allow-read", str(tree)] if where == "allow-read" else []
+        r = pipguard(["run", "--isolation", "audit", *extra, "--", "/bin/sh", "-c",
+                      f"cat {tree / 'innocent.txt'} {secret} || echo refused"], cwd=work, env=fake_home.env())
+        assert "PIPGUARD-HARDLINKED-SECRET" not in r.stdout and "refused" in r.stdout, (r.stdout, r.stderr)
+        assert not acl.names_user(str(secret), sandbox_user.UIDS)
+        assert stat.S_IMODE(os.lstat(secret).st_mode) == 0o600
+    finally:
+        shutil.rmtree(secret.parent, ignore_errors=True)
