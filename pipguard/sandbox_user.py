@@ -121,12 +121,17 @@ def _subordinate(path: str) -> List[Tuple[int, int]]:
     return out
 
 
+_UNNAMED: set = set()  # ids found in neither passwd nor group (NSS lookups cost ms; cached)
+
+
 def _usable(n: int, maps) -> bool:
     uid_map, gid_map, sub_u, sub_g = maps
     if not any(a <= n < b for a, b in uid_map) or not any(a <= n < b for a, b in gid_map):
         return False
     if any(a <= n < b for a, b in sub_u + sub_g):
         return False
+    if n in _UNNAMED:
+        return True
     try:
         pwd.getpwuid(n)
         return False
@@ -136,27 +141,33 @@ def _usable(n: int, maps) -> bool:
         grp.getgrgid(n)
         return False
     except KeyError:
+        _UNNAMED.add(n)
         return True
 
 
 def processes_of(uid: int) -> List[int]:
-    """Live (not zombie) pids whose real, effective, saved or filesystem uid is ``uid``."""
+    """Live (not zombie) pids whose real, effective, saved or filesystem uid
+    is ``uid``. From /proc/PID/status, not the owner of /proc/PID: a process
+    that made itself non-dumpable shows root there."""
     out = []
+    want = str(uid).encode()
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
-            with open(f"/proc/{name}/status") as f:
-                zombie = False
-                for line in f:
-                    if line.startswith("State:"):
-                        zombie = line.split()[1] in ("Z", "X")
-                    elif line.startswith("Uid:"):
-                        if not zombie and str(uid) in line.split()[1:]:
-                            out.append(int(name))
-                        break
+            fd = os.open(f"/proc/{name}/status", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                data = os.read(fd, 4096)
+            finally:
+                os.close(fd)
         except OSError:
             continue
+        state = data.find(b"\nState:\t")
+        if state >= 0 and data[state + 8:state + 9] in (b"Z", b"X"):
+            continue
+        at = data.find(b"\nUid:\t")
+        if at >= 0 and want in data[at + 6:data.find(b"\n", at + 6)].split():
+            out.append(int(name))
     return out
 
 
@@ -475,8 +486,10 @@ def lease(candidates: Iterable[int] = UIDS) -> Lease:
                 continue
             raise
         user = SandboxUser(n, n)
+        # A pipguard killed mid-run leaves its journal (written before the
+        # sandbox starts), and maybe processes: undo both before reuse.
         stale = _journal(fd)
-        if stale or processes_of(n):
+        if stale:
             undo(user, stale)
             os.ftruncate(fd, 0)
         return Lease(user, fd, state)
