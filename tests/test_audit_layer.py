@@ -408,6 +408,13 @@ _UNHOOKED_CHILD = {
         pid = os.posix_spawnp(sys.executable, [sys.executable, "-I", "-c", code], {})
         os.waitpid(pid, 0)
     """,
+    "fexecve": """
+        fd = os.open(sys.executable, os.O_RDONLY)
+        pid = os.fork()
+        if pid == 0:
+            os.execve(fd, [sys.executable, "-S", "-c", code], {})
+        os.waitpid(pid, 0)
+    """,
     "spawnve": """
         os.spawnve(os.P_WAIT, sys.executable, [sys.executable, "-E", "-c", code], {})
     """,

@@ -837,6 +837,18 @@ def _make_hook(config, dumps=None):
             return False
         return cfg == want_cfg and path.split(sep)[0] == want_dir
 
+    def exec_name(path, _readlink=readlink):
+        """The program an exec starts, as text; for fexecve (an fd), the file it is."""
+        if issubclass(type(path), int):
+            try:
+                return _readlink("/proc/self/fd/%d" % path)
+            except OSError:
+                return ""
+        try:
+            return plain(fsdecode(path))
+        except TypeError:
+            return str(path)
+
     def exec_unhooked(executable, argv, env):
         """Why an os.exec*/os.posix_spawn* call would start its program
         without this hook, or None. CPython converts argv and env to C
@@ -850,11 +862,7 @@ def _make_hook(config, dumps=None):
             return "the child's environment lacks the audit hook"
         if type(argv) is not list and type(argv) is not tuple:
             return "argv of an unexpected type"
-        exe = executable if executable is not None else (argv[0] if argv else "")
-        try:
-            exe = plain(fsdecode(exe))
-        except TypeError:
-            exe = str(exe)
+        exe = exec_name(executable if executable is not None else (argv[0] if argv else ""))
         if argv and is_python(exe) and needs_boot(list(argv)) is not None:
             return "a Python child started with -I/-E/-S would run without the audit hook"
         return None
@@ -1034,7 +1042,7 @@ def _make_hook(config, dumps=None):
             if new_env is not None:
                 inject_env(new_env)
             if type(new_argv) is _list:
-                prepare_child(new_argv, None, path)
+                prepare_child(new_argv, None, exec_name(path))
             if self._spawn == "execv":
                 return self._original(path, new_argv, new_env)
             return self._original(path, new_argv, new_env, *rest, **kwargs)
