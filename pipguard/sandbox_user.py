@@ -42,6 +42,7 @@ then the stale entries name a uid that no account has.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import grp
@@ -252,12 +253,6 @@ class Lease:
         while data:
             data = data[os.write(self._fd, data):]
 
-    def _global_lock(self) -> int:
-        # ACL read-modify-writes of different runs on a shared ancestor
-        # (/tmp/pytest-of-root, /root) must not interleave.
-        fd = os.open(os.path.join(self._state_dir, "acl.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        return fd
 
     # -- grants ------------------------------------------------------------------------------
     def _grant(self, path: str, st: os.stat_result, perm: int) -> None:
@@ -341,6 +336,19 @@ class Lease:
             self._fd = -1
 
 
+@contextlib.contextmanager
+def acl_lock() -> Iterator[None]:
+    """Hold pipguard's host-wide ACL lock: read-modify-writes of ACLs on a
+    shared ancestor (/root, a shared temp dir) by different runs — or by
+    anything else that grants with :mod:`pipguard.acl` — must not interleave."""
+    fd = os.open(os.path.join(_state_dir(), "acl.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def _walk_one(path: str) -> Iterator[Tuple[str, os.stat_result]]:
     try:
         yield path, os.lstat(path)
@@ -391,9 +399,7 @@ def undo(user: SandboxUser, journal: Sequence[dict], notes: Optional[List[str]] 
     """Undo a journal (of this run, or of a run that was killed)."""
     notes = [] if notes is None else notes
     kill_all(user.uid)
-    lock = os.open(os.path.join(_state_dir(), "acl.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with acl_lock():
         for entry in journal:
             if entry.get("op") == "own":
                 _normalise_owned(entry["path"], user.uid, (entry["uid"], entry["gid"]), notes)
@@ -431,8 +437,6 @@ def undo(user: SandboxUser, journal: Sequence[dict], notes: Optional[List[str]] 
                     shutil.rmtree(path, ignore_errors=True)
         for d in SHARED_TMP:
             _remove_owned_entries(d, user.uid, notes)
-    finally:
-        os.close(lock)
 
 
 def _remove_owned_entries(directory: str, uid: int, notes: List[str]) -> None:
@@ -513,8 +517,7 @@ def prepare(plan, allow_read: Sequence[str] = ()) -> Lease:
     held = lease()
     try:
         private = {plan.tmp_dir, plan.home_dir}
-        lock = held._global_lock()
-        try:
+        with acl_lock():
             for d in (plan.tmp_dir, plan.home_dir):
                 held.give(d)
             held.file(plan.fifo, W)
@@ -528,12 +531,10 @@ def prepare(plan, allow_read: Sequence[str] = ()) -> Lease:
                 held.readable(root, recursive=os.path.realpath(root) in recursive)
             for exe in dict.fromkeys((plan.executable, os.path.realpath(plan.executable))):
                 held.readable(exe, recursive=False)
-        finally:
-            os.close(lock)
     except BaseException:
         held.release()
         raise
     return held
 
 
-__all__ = ["SandboxUser", "Lease", "UIDS", "hook_config", "lease", "needed", "prepare", "undo", "kill_all", "processes_of"]
+__all__ = ["SandboxUser", "Lease", "UIDS", "acl_lock", "hook_config", "lease", "needed", "prepare", "undo", "kill_all", "processes_of"]
