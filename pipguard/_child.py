@@ -24,13 +24,13 @@ Confinement order (an invariant; each step relies on the previous one):
   6. hand the listener fd to the supervisor, close the control socket
   7. execve with the scrubbed environment — the last thing before the command
 
-Running as another uid changes what the parent may do to us: from step 4 to
+Running as another uid changes what pipguard may do to us: from step 4 to
 the execve we are not dumpable (a uid change sets that), so our /proc files
-belong to root and only a ptracer with CAP_SYS_PTRACE may take our listener
-fd (``pidfd_getfd`` is a ptrace-attach check) — the parent is root and has
-it. The execve makes us dumpable again (all our uids are equal), so the
-supervisor's /proc/PID/mem reads keep working, and /proc/self belongs to
-the sandbox user as it should.
+belong to root and only a process with CAP_SYS_PTRACE may take our listener
+fd (``pidfd_getfd`` is a ptrace-attach check) — pipguard, root, has it; the
+keeper reaps and kills us as root. The execve makes us dumpable again (all
+our uids are equal), so the supervisor's /proc/PID/mem reads keep working,
+and /proc/self belongs to the sandbox user as it should.
 """
 
 from __future__ import annotations
