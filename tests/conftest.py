@@ -30,7 +30,7 @@ from support import gates as _caps  # noqa: E402
 # (removed when the session passes; kept for a look when it fails).
 _PRIVATE_TEMPROOT = None
 if os.geteuid() == 0 and "PYTEST_DEBUG_TEMPROOT" not in os.environ:
-    _PRIVATE_TEMPROOT = tempfile.mkdtemp(prefix="pipguard-pytest-")
+    _PRIVATE_TEMPROOT = tempfile.mkdtemp(prefix="pytest-private-")  # no "pipguard": tests match that name in paths
     os.environ["PYTEST_DEBUG_TEMPROOT"] = _PRIVATE_TEMPROOT
 
 
