@@ -18,9 +18,19 @@ Confinement order (an invariant; each step relies on the previous one):
      and the new root; it returns only in the command's process (pid 2 of
      the new pid namespace), which goes on with step 3 in the new root
   3. chdir to the build dir (before Landlock: the walk needs no grant)
-  4. oslayer.apply(): no_new_privs -> drop capabilities -> Landlock -> seccomp
-  5. hand the listener fd to the supervisor, close the control socket
-  6. execve with the scrubbed environment — the last thing before the command
+  4. as root: become the run's sandbox user (:mod:`pipguard.sandbox_user`),
+     also with ``--isolation audit`` — see :func:`become`
+  5. oslayer.apply(): no_new_privs -> drop capabilities -> Landlock -> seccomp
+  6. hand the listener fd to the supervisor, close the control socket
+  7. execve with the scrubbed environment — the last thing before the command
+
+Running as another uid changes what pipguard may do to us: from step 4 to
+the execve we are not dumpable (a uid change sets that), so our /proc files
+belong to root and only a process with CAP_SYS_PTRACE may take our listener
+fd (``pidfd_getfd`` is a ptrace-attach check) — pipguard, root, has it; the
+keeper reaps and kills us as root. The execve makes us dumpable again (all
+our uids are equal), so the supervisor's /proc/PID/mem reads keep working,
+and /proc/self belongs to the sandbox user as it should.
 """
 
 from __future__ import annotations
@@ -41,6 +51,30 @@ def _send(fd: int, payload: dict) -> None:
         data = data[os.write(fd, data):]
 
 
+def become(uid: int, gid: int) -> None:
+    """Switch this (root, single-threaded) process to ``uid``/``gid`` with no
+    supplementary groups, for good. Order:
+
+    - no_new_privs first: without the OS layer (``--isolation audit``) a
+      setuid-root binary would otherwise make us uid 0 again;
+    - securebits locked (NOROOT, NO_SETUID_FIXUP, KEEP_CAPS off): needs
+      CAP_SETPCAP, so before the switch; NO_SETUID_FIXUP keeps our
+      capabilities across setresuid, which we need for the next step;
+    - setgroups([]) and setresgid while CAP_SETGID is still there, then
+      setresuid (real, effective and saved: no way back);
+    - drop every capability, the bounding set included (CAP_SETPCAP is
+      still effective thanks to NO_SETUID_FIXUP), and check all of it.
+    """
+    caps.set_no_new_privs()
+    caps.lock_securebits()
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    caps.drop_all()
+    if os.getresuid() != (uid, uid, uid) or os.getresgid() != (gid, gid, gid) or os.getgroups():
+        raise PipguardError(f"the sandbox user switch to {uid}:{gid} did not stick")
+
+
 def confine_and_exec(config: dict) -> None:
     control_fd = int(config["control_fd"])
     # Python ignores SIGPIPE and SIGXFSZ; the command must get the defaults
@@ -57,7 +91,14 @@ def confine_and_exec(config: dict) -> None:
     entered = ns_backend.enter(config["ns"], control_fd) if config.get("ns") else None
     os.chdir(config["cwd"])
 
-    status = {"applied": [], "unavailable": {}, "landlock_abi": 0}
+    status: dict = {"applied": [], "unavailable": {}, "landlock_abi": 0}
+    if config.get("run_as"):
+        uid, gid = config["run_as"]
+        try:
+            become(int(uid), int(gid))
+        except Exception as exc:  # never run the command as root when a switch was planned
+            _send(control_fd, {"error": f"cannot switch to the sandbox user {uid}:{gid}: {exc}"})
+            os._exit(125)
     listener = None
     if config.get("os_spec") is not None:
         spec = OsLayerSpec.from_json(config["os_spec"])
@@ -72,6 +113,8 @@ def confine_and_exec(config: dict) -> None:
         status = {"applied": list(applied.applied), "unavailable": dict(applied.unavailable),
                   "landlock_abi": applied.landlock_abi, "syscalls": NOTIFIED}
         listener = applied.listener_fd
+    if config.get("run_as"):
+        status["applied"] = ["user", *status["applied"]]
     status["listener_fd"] = listener
     if entered is not None:
         status["ns"] = entered

@@ -77,6 +77,9 @@ def checks(facts: HostFacts) -> List[Check]:
     else:
         out.append(Check("capabilities", "missing", facts.platform_reason, "no root powers in the sandbox"))
 
+    if facts.system == "Linux":
+        out.append(_sandbox_user_check(facts.euid))
+
     if facts.native_responder:
         out.append(Check("supervisor.responder", "ok", "native thread answers allowed opens (~4 µs each)",
                          "cheap observation of native file opens"))
@@ -121,6 +124,21 @@ def vm_checks(probe) -> List[Check]:
             detail = part.reason + ("; --vm-accel tcg still works (slow)" if status == "degraded" else "")
             out.append(Check(f"vm.{part.name}", status, detail, _VM_PARTS.get(part.name, "--isolation vm")))
     return out
+
+
+def _sandbox_user_check(euid: int) -> Check:
+    why = "root-only files out of the sandbox's reach"
+    if euid != 0:
+        return Check("sandbox_user", "ok", f"unprivileged: the sandbox runs as your uid {euid}", why)
+    from pipguard import sandbox_user
+
+    free = sandbox_user.usable_count()
+    span = f"{sandbox_user.UIDS.start}-{sandbox_user.UIDS.stop - 1}"
+    if not free:
+        return Check("sandbox_user", "missing", f"running as root, but no uid of {span} is usable "
+                     "(unmapped in this user namespace, or in passwd/group/subuid)", why)
+    return Check("sandbox_user", "ok", f"running as root: each sandbox runs as a leased uid of {span} "
+                 f"(gid the same, no supplementary groups; {free} usable), granted its paths by ACL", why)
 
 
 def default_isolation_degraded(checks: Sequence[Check]) -> bool:

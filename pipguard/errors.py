@@ -73,3 +73,10 @@ class PipError(PipguardError):
     """pip failed (resolution, download, or a build that errored)."""
 
     blame = "package"
+
+
+class SandboxUserError(PipguardError):
+    """pipguard runs as root and cannot prepare the unprivileged sandbox user
+    (no free uid, a filesystem without POSIX ACLs, a bad state directory)."""
+
+    blame = "host"

@@ -142,9 +142,13 @@ class Started:
 
 def start(plan: Plan, meanwhile: Optional[Callable[[], None]] = None,
           rlimits: Sequence[Tuple[int, int, int]] = (),
-          before_exec: Optional[Callable[[int], None]] = None) -> Started:
+          before_exec: Optional[Callable[[int], None]] = None,
+          run_as: Optional[Tuple[int, int]] = None) -> Started:
     """Launch the child and complete the handshake. Raises LayerUnavailable
     when a required layer is missing; the child is then already gone.
+
+    ``run_as`` (uid, gid): the child becomes that user before it confines
+    itself (pipguard as root, :mod:`pipguard.sandbox_user`); None: it keeps ours.
 
     ``meanwhile`` runs right after the fork, while the child confines itself
     (its status is waited for afterwards); if it raises, the child is killed.
@@ -167,6 +171,7 @@ def start(plan: Plan, meanwhile: Optional[Callable[[], None]] = None,
         "os_required": plan.os_required,
         "rlimits": list(rlimits),
         "ns": plan.namespace.to_json() if plan.namespace is not None else None,
+        "run_as": list(run_as) if run_as else None,
     }
     # The kernel tells us who sent the status line, in our pid namespace:
     # under ns that is the command's process, whose pid nobody inside knows.

@@ -16,9 +16,11 @@ import time
 from typing import Callable, Mapping, Optional, Sequence
 
 import pipguard
-from pipguard import exitcodes, files, limits
+from pipguard import exitcodes, files, limits, sandbox_user
 from pipguard.errors import PipguardError
 from pipguard.plan import Plan, cleanup, make_plan, precompile_hook
+
+HOOK_CONFIG = "PIPGUARD_HOOK"
 from pipguard.policy import Policy
 from pipguard.report import Event, LayerStatus, ProcessRecord, Report
 
@@ -36,10 +38,14 @@ def _os_layer_possible() -> "tuple[bool, str]":
     return True, ""
 
 
-def _host_summary() -> dict:
+def _host_summary(user: Optional[sandbox_user.SandboxUser] = None) -> dict:
+    euid = os.geteuid() if hasattr(os, "geteuid") else None
     return {"system": platform.system(), "release": platform.release(),
             "machine": platform.machine(), "python": platform.python_version(),
-            "euid": os.geteuid() if hasattr(os, "geteuid") else None}
+            "euid": euid,
+            # the uid/gid the sandboxed command ran as: a leased one as root, ours otherwise
+            "sandbox_uid": user.uid if user else euid,
+            "sandbox_gid": user.gid if user else (os.getegid() if hasattr(os, "getegid") else None)}
 
 
 def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[str] = None,
@@ -91,7 +97,13 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
     precompile_hook()
     prepared = None
     started = None
+    lease = None
     try:
+        if sandbox_user.needed() and plan.namespace is None:
+            # as root, the sandbox runs as a leased unprivileged uid (docs/sandbox.md, "Running as
+            # root"); the namespace backend maps its own uid and needs no grants (idmapped mounts)
+            lease = sandbox_user.prepare(plan, policy.allow_read)
+            plan.env[HOOK_CONFIG] = sandbox_user.hook_config(plan.env[HOOK_CONFIG], lease.user)
         roots = [r for r in plan.write_roots if (record_build_dir or r != plan.cwd)
                  and r not in plan.namespace_tmpfs]
         before = files.snapshot(roots)
@@ -100,9 +112,11 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
         memory = policy.limit_memory or limits.default_memory()
         prepared = limits.prepare(memory, policy.limit_processes, policy.limit_cpu, policy.limit_write)
         notify(f"starting {' '.join(argv)[:80]}")
+        run_as = (lease.user.uid, lease.user.gid) if lease else None
         started = launcher.start(plan, meanwhile=lambda: _while_confining(meanwhile),
                                  rlimits=prepared.rlimits,
-                                 before_exec=prepared.cgroup.add if prepared.cgroup else None)
+                                 before_exec=prepared.cgroup.add if prepared.cgroup else None,
+                                 run_as=run_as)
         from pipguard.supervisor import Supervisor
 
         if proxy is not None:
@@ -115,8 +129,11 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
             _proxy_evidence(proxy, supervisor)
         if decoys is not None:
             _decoy_evidence(decoys, supervisor)
+        if lease is not None:
+            lease.release()  # before the snapshot: files the sandbox left are given back first
         written = files.changed(before, files.snapshot(roots))
-        return _report(plan, policy, started, evidence, written, started_at, prepared)
+        return _report(plan, policy, started, evidence, written, started_at, prepared,
+                       lease.user if lease else None)
     finally:
         if started is not None:
             started.process.release()
@@ -124,6 +141,8 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
             prepared.cgroup.remove()
         if proxy is not None:
             proxy.__exit__(None, None, None)
+        if lease is not None:
+            lease.release()
         cleanup(plan)
 
 
@@ -168,7 +187,7 @@ def _proxy_evidence(proxy, supervisor) -> None:
 
 
 def _report(plan: Plan, policy: Policy, started, evidence, written, started_at: float,
-            prepared) -> Report:
+            prepared, user: Optional[sandbox_user.SandboxUser] = None) -> Report:
     applied = ["audit", *started.applied]
     if started.listener is not None:
         applied.append("supervisor")
@@ -200,7 +219,7 @@ def _report(plan: Plan, policy: Policy, started, evidence, written, started_at: 
         isolation=LayerStatus(policy.isolation, tuple(applied), unavailable),
         events=events, processes=tuple(processes), network=tuple(evidence.network),
         files_written=tuple(written), env_removed=plan.env_removed,
-        events_dropped=evidence.dropped, policy=policy.to_json(), host=_host_summary(),
+        events_dropped=evidence.dropped, policy=policy.to_json(), host=_host_summary(user),
         cwd=plan.cwd, started_at=started_at, duration=round(time.time() - started_at, 4),
         error=error, tool_version=pipguard.__version__, supervision=dict(evidence.supervision),
         limits={name: limit.to_json() for name, limit in prepared.applied.items()},

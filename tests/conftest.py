@@ -23,6 +23,21 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import support  # noqa: E402
 from support import gates as _caps  # noqa: E402
 
+# As root, every sandbox runs as its own uid, granted traversal of the test's tmp_path ancestors
+# by ACL entries. A pytest session *starting* chmods the shared /tmp/pytest-of-<user> to 0700 when
+# its mode shows group bits (which an ACL mask does), and a chmod narrows the mask: the sandboxes
+# of a concurrent session lose their grant mid-run. Each session gets a private temp root instead
+# (removed when the session passes; kept for a look when it fails).
+_PRIVATE_TEMPROOT = None
+if os.geteuid() == 0 and "PYTEST_DEBUG_TEMPROOT" not in os.environ:
+    _PRIVATE_TEMPROOT = tempfile.mkdtemp(prefix="pytest-private-")  # no "pipguard": tests match that name in paths
+    os.environ["PYTEST_DEBUG_TEMPROOT"] = _PRIVATE_TEMPROOT
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _PRIVATE_TEMPROOT and exitstatus == 0:
+        shutil.rmtree(_PRIVATE_TEMPROOT, ignore_errors=True)
+
 # The corpus and helpers are data for tests, not tests (a corpus setup.py must never be imported).
 collect_ignore = ["packages", "helpers"]
 

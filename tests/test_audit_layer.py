@@ -372,3 +372,118 @@ def test_python_setup_py_build_of_malicious_project(tmp_path, fake_home, loopbac
     assert (work / "build").is_dir(), r.stderr[-2000:]  # the build itself still works
     assert any(e["target"].endswith(".ssh/id_rsa") for e in r.blocked(kind="file-read")), r.stderr[-2000:]
     assert r.report["verdict"] == "blocked"
+
+
+# Issue 12, item 5: CPython converts argv/env to C arrays before the os.exec
+# and os.posix_spawn audit events, so rewriting them in the hook did nothing:
+# fork + execve(python -S, env={}) ran unhooked and reached the network.
+_UNHOOKED_CHILD = {
+    "fork_execve": """
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.execve(sys.executable, [sys.executable, "-S", "-c", code], {})
+            except PermissionError:
+                print("refused", flush=True)
+                os._exit(3)
+        os.waitpid(pid, 0)
+    """,
+    "fork_execv": """
+        pid = os.fork()
+        if pid == 0:
+            os.environ.pop("PYTHONPATH", None)
+            os.environ.pop("PIPGUARD_HOOK", None)
+            try:
+                os.execv(sys.executable, [sys.executable, "-S", "-c", code])
+            except PermissionError:
+                print("refused", flush=True)
+                os._exit(3)
+        os.waitpid(pid, 0)
+    """,
+    "posix_spawn": """
+        pid = os.posix_spawn(sys.executable, [sys.executable, "-S", "-c", code], {})
+        os.waitpid(pid, 0)
+    """,
+    "posix_spawnp": """
+        pid = os.posix_spawnp(sys.executable, [sys.executable, "-I", "-c", code], {})
+        os.waitpid(pid, 0)
+    """,
+    "fexecve": """
+        fd = os.open(sys.executable, os.O_RDONLY)
+        pid = os.fork()
+        if pid == 0:
+            os.execve(fd, [sys.executable, "-S", "-c", code], {})
+        os.waitpid(pid, 0)
+    """,
+    "spawnve": """
+        os.spawnve(os.P_WAIT, sys.executable, [sys.executable, "-E", "-c", code], {})
+    """,
+}
+
+
+@pytest.mark.parametrize("shape", sorted(_UNHOOKED_CHILD))
+def test_exec_python_child_without_hook_env_is_hooked(work, fake_home, loopback_tcp, shape):
+    """The exact shape of the issue and its variants: the child starts hooked
+    (the wrappers rewrite argv and env), so its connect is blocked and reported."""
+    code = (f"import socket; socket.create_connection(('127.0.0.1', {loopback_tcp.port})).sendall(b'LEAK');"
+            " print('CONNECTED')")
+    r = run_py("import os, sys\ncode = " + repr(code) + "\n" + textwrap.dedent(_UNHOOKED_CHILD[shape]),
+               work, fake_home)
+    assert "CONNECTED" not in r.stdout and not loopback_tcp.wait(timeout=0.5), r.stderr[-2000:]
+    (event,) = [e for e in r.blocked(kind="network") if str(loopback_tcp.port) in e["target"]]
+    assert event["pid"] != r.report["processes"][0]["pid"]  # blocked in the child, by its own hook
+
+
+@pytest.mark.parametrize("call", ["execve", "posix_spawn"])
+def test_exec_original_function_cannot_start_unhooked(work, fake_home, loopback_tcp, call):
+    """The wrapped function's original is reachable (``_original``); calling it
+    with an environment without the hook is refused at the audit event."""
+    code = f"import socket; socket.create_connection(('127.0.0.1', {loopback_tcp.port}))"
+    invoke = {"execve": "os.execve._original(sys.executable, [sys.executable, '-c', code], {})",
+              "posix_spawn": "os.posix_spawn._original(sys.executable, [sys.executable, '-c', code], {})"}[call]
+    r = run_py(f"""
+        import os, sys
+        code = {code!r}
+        pid = os.fork()
+        if pid == 0:
+            try:
+                {invoke}
+            except PermissionError:
+                print("refused", flush=True)
+            os._exit(0)
+        os.waitpid(pid, 0)
+    """, work, fake_home)
+    assert "refused" in r.stdout and not loopback_tcp.wait(timeout=0.5)
+    assert r.blocked(kind="process", rule="unhookable-child")
+
+
+@pytest.mark.parametrize("trick", ["unsetenv_execv", "lying_mapping"])
+def test_exec_original_with_tricked_environment_is_refused(work, fake_home, loopback_tcp, trick):
+    """Two ways to make the hook's view of the child's environment differ from
+    the kernel's: drop PYTHONPATH from the C environ behind os.environ's back,
+    or pass a mapping whose get() says "hooked" while its items say nothing."""
+    code = f"import socket; socket.create_connection(('127.0.0.1', {loopback_tcp.port}))"
+    invoke = {
+        # a second instance of the posix module has the unwrapped execv
+        "unsetenv_execv": "import _imp, importlib.machinery as m; raw = _imp.create_builtin(m.ModuleSpec('posix', None));"
+                          " raw.unsetenv('PYTHONPATH'); raw.unsetenv('PIPGUARD_HOOK');"
+                          " raw.execv(sys.executable, [sys.executable, '-c', code])",
+        "lying_mapping": "real = dict(os.environ)\n"
+                         "                class Lie(dict):\n"
+                         "                    def get(self, k, d=None): return real.get(k, d)\n"
+                         "                os.execve._original(sys.executable, [sys.executable, '-c', code], Lie())",
+    }[trick]
+    r = run_py(f"""
+        import os, sys
+        code = {code!r}
+        pid = os.fork()
+        if pid == 0:
+            try:
+                {invoke}
+            except PermissionError:
+                print("refused", flush=True)
+            os._exit(0)
+        os.waitpid(pid, 0)
+    """, work, fake_home)
+    assert "refused" in r.stdout and not loopback_tcp.wait(timeout=0.5), r.stderr[-2000:]
+    assert r.blocked(kind="process", rule="unhookable-child")

@@ -14,7 +14,6 @@ import os
 import shutil
 import signal
 import socket
-import stat
 import subprocess
 import sys
 import tempfile
@@ -360,26 +359,18 @@ def _nobody_can_run(path: str) -> bool:
 def nobody_python():
     """Make this interpreter and pipguard usable by ``nobody`` for the module, then restore.
 
-    The venv's interpreter lives under /root/.pyenv and /root is 0700: nobody needs o+x (search,
-    not read) on /root. Nothing else is changed; the mode is restored at teardown.
+    The venv's interpreter lives under /root/.pyenv and /root is 0700: nobody needs search (not
+    read) on /root, granted by an ACL entry naming nobody (support.traversable_by: a chmod would
+    reset the ACL mask under concurrent root runs of pipguard). Removed at teardown.
     """
     support.need("root")
-    restore = []
-    if not _nobody_can_run(PY):
-        for d in ("/root",):
-            mode = stat.S_IMODE(os.stat(d).st_mode)
-            if not mode & stat.S_IXOTH:
-                os.chmod(d, mode | stat.S_IXOTH)
-                restore.append((d, mode))
-        if not _nobody_can_run(PY):
-            for d, mode in restore:
-                os.chmod(d, mode)
-            pytest.skip(f"nobody cannot run {PY} with pipguard even with o+x on /root")
-    try:
+    if _nobody_can_run(PY):
         yield PY
-    finally:
-        for d, mode in restore:
-            os.chmod(d, mode)
+        return
+    with support.traversable_by("/root", support.NOBODY):
+        if not _nobody_can_run(PY):
+            pytest.skip(f"nobody cannot run {PY} with pipguard even with search access to /root")
+        yield PY
 
 
 @pytest.fixture
@@ -401,6 +392,8 @@ def _as_nobody(try_one_bin, action, *args, home, work):
              cwd=work, env=home.env(), runner=support.run_as_nobody)
     assert r.report is not None, r.stderr
     assert r.report["host"]["euid"] == support.NOBODY
+    # unprivileged: no sandbox-user switch, the sandbox keeps the caller's uid
+    assert r.report["host"]["sandbox_uid"] == support.NOBODY and "user" not in r.report["isolation"]["applied"]
     return parse_try_one(r.stdout), r
 
 

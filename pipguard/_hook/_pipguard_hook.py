@@ -576,8 +576,24 @@ def _make_hook(config, dumps=None):
         except OSError:
             return "<fd %d>" % fd
 
+    def unreadable(path, _access=os.access, _R_OK=os.R_OK, _lstat=lstat, _deny=deny):
+        """As root, the sandbox runs as its own uid: an existing file the
+        kernel will not let it read (root-only, mode 0600...) is refused
+        here too, so that the attempt is reported (access(2) checks the real
+        uid's permissions, which is the sandbox user's; Landlock plays no
+        part in it)."""
+        if _access(path, _R_OK):
+            return None
+        try:
+            _lstat(path)
+        except OSError:
+            return None  # absent, or not even reachable: nothing was there to read
+        return _deny("file-read", path, "sandbox-user-denied",
+                     "the sandbox user may not read this file")
+
     def on_open(args, _text=as_text, _locate=locate, _read=check_read, _write=check_write,
-                _write_flags=O_WRONLY | O_RDWR | O_CREAT | O_TRUNC | O_APPEND):
+                _write_flags=O_WRONLY | O_RDWR | O_CREAT | O_TRUNC | O_APPEND,
+                _dac=bool(config.get("sandbox_user")), _unreadable=unreadable):
         path, mode, flags = args[0], args[1], args[2]
         if type(path) is not str:
             if path is None or issubclass(type(path), int):  # not isinstance: __class__ can lie
@@ -593,7 +609,8 @@ def _make_hook(config, dumps=None):
             writing = flags is not None and flags >= 0 and flags & _write_flags != 0
         if writing:
             return _write(_locate(path))
-        return _read(_locate(path))
+        path = _locate(path)
+        return _read(path) or (_unreadable(path) if _dac else None)
 
     def at(path, dir_fd, follow=True, _text=as_text, _locate=locate, _fd_path=fd_path):
         """The path an *at() call acts on; dir_fd counts for relative paths only."""
@@ -802,6 +819,54 @@ def _make_hook(config, dumps=None):
         env[key] = sep.join([value] + parts)
         env[cfg_key] = cfg_value
 
+    def env_hooked(env, _get=dict.get, _bytes=bytes, _str=str):
+        """Whether a child started with ``env`` (an exact dict: a mapping of
+        another type could answer us differently than the C code that reads
+        it) would install this hook: the config variable is ours and
+        PYTHONPATH starts with the hook dir."""
+        if type(env) is not dict:
+            return False
+        cfg, path = _get(env, CONFIG_NAME), _get(env, "PYTHONPATH")
+        if cfg is None and path is None:
+            cfg, path = _get(env, fsencode(CONFIG_NAME)), _get(env, b"PYTHONPATH")
+            want_cfg, want_dir, sep = fsencode(config_text), fsencode(hook_dir), b":"
+            kind = _bytes
+        else:
+            want_cfg, want_dir, sep, kind = config_text, hook_dir, ":", _str
+        if type(cfg) is not kind or type(path) is not kind:
+            return False
+        return cfg == want_cfg and path.split(sep)[0] == want_dir
+
+    def exec_name(path, _readlink=readlink):
+        """The program an exec starts, as text; for fexecve (an fd), the file it is."""
+        if issubclass(type(path), int):
+            try:
+                return _readlink("/proc/self/fd/%d" % path)
+            except OSError:
+                return ""
+        try:
+            return plain(fsdecode(path))
+        except TypeError:
+            return str(path)
+
+    def exec_unhooked(executable, argv, env):
+        """Why an os.exec*/os.posix_spawn* call would start its program
+        without this hook, or None. CPython converts argv and env to C
+        arrays *before* these audit events, so the hook cannot rewrite them
+        there (it can for Popen, through fork_exec): the wrappers installed
+        over posix.exec*/posix_spawn* rewrite copies first and always pass
+        an explicit environment; whatever reaches the event unrewritten —
+        including env None, whose C ``environ`` os.environ may not mirror
+        (``posix.unsetenv``) — is refused."""
+        if env is None or not env_hooked(env):
+            return "the child's environment lacks the audit hook"
+        if type(argv) is not list and type(argv) is not tuple:
+            return "argv of an unexpected type"
+        exe = exec_name(executable if executable is not None else (argv[0] if argv else ""))
+        if argv and is_python(exe) and needs_boot(list(argv)) is not None:
+            return "a Python child started with -I/-E/-S would run without the audit hook"
+        return None
+
     def on_proc(event, args):
         if event in ("os.kill", "os.killpg"):
             pid, sig = args[0], args[1]
@@ -832,7 +897,11 @@ def _make_hook(config, dumps=None):
         if not subprocess_ok:
             return deny("process", target, "subprocess-denied",
                         "this sandbox does not allow starting processes", detail)
-        if argv is not None or env is not None:
+        if event == "os.exec" or event == "os.posix_spawn":
+            why = exec_unhooked(executable, argv, env)
+            if why:
+                return deny("process", target, "unhookable-child", why, detail)
+        elif argv is not None or env is not None:
             problem = prepare_child(argv if argv is not None else [], env, executable)
             if problem:
                 return problem
@@ -950,7 +1019,38 @@ def _make_hook(config, dumps=None):
     def resolver_wrapper(original):
         return Resolver(original)
 
-    return hook, fork_exec_wrapper, inject_env, os_open_wrapper, resolver_wrapper
+    class Exec(object):
+        """``posix.execv``/``execve``/``posix_spawn``/``posix_spawnp`` that
+        start the program hooked: the environment (``os.environ`` for
+        execv) gets the hook's variables, a Python argv with -I/-E/-S the
+        boot script. Reaching the original directly changes nothing: the
+        audit event refuses what was not rewritten."""
+
+        __slots__ = ("_original", "_spawn")
+        __module__ = "_pipguard_hook"
+
+        def __init__(self, original, spawn):
+            self._original = original
+            self._spawn = spawn
+
+        def __call__(self, path, argv, env=None, *rest, _environ=os.environ, _dict=dict,
+                     _list=list, **kwargs):
+            if self._spawn == "execv":
+                env = _environ
+            new_env = _dict(env) if env is not None else None
+            new_argv = _list(argv) if isinstance(argv, (list, tuple)) else argv
+            if new_env is not None:
+                inject_env(new_env)
+            if type(new_argv) is _list:
+                prepare_child(new_argv, None, exec_name(path))
+            if self._spawn == "execv":
+                return self._original(path, new_argv, new_env)
+            return self._original(path, new_argv, new_env, *rest, **kwargs)
+
+    def exec_wrapper(original, kind):
+        return Exec(original, kind)
+
+    return hook, fork_exec_wrapper, inject_env, os_open_wrapper, resolver_wrapper, exec_wrapper
 
 
 def _fork_exec_factory(original, subprocess_ok, deny, fsdecode, fsencode, inject_env,
@@ -1122,7 +1222,8 @@ def install():
     loads, dumps = _json_codec()
     config = loads(text)
     config["_text"] = text
-    hook, fork_exec_wrapper, inject_env, os_open_wrapper, resolver_wrapper = _make_hook(config, dumps)
+    hook, fork_exec_wrapper, inject_env, os_open_wrapper, resolver_wrapper, exec_wrapper = \
+        _make_hook(config, dumps)
     if config.get("network") in ("all", "hosts"):  # lookups can succeed: report their answers
         import _socket
 
@@ -1137,6 +1238,17 @@ def install():
     if posix.open in os.supports_dir_fd:  # shutil.rmtree picks its safe variant by this
         os.supports_dir_fd.add(wrapped)
     posix.open = os.open = wrapped
+    # os.execv(e) and os.posix_spawn(p) parse argv/env before their audit
+    # event: rewrite them here (os.execl*/spawn*/pty.spawn call these).
+    # execv becomes execve with this process's environment, hooked.
+    for name, kind, via in (("execv", "execv", "execve"), ("execve", "execve", "execve"),
+                            ("posix_spawn", "spawn", "posix_spawn"),
+                            ("posix_spawnp", "spawn", "posix_spawnp")):
+        original = getattr(posix, via, None)
+        if original is not None and hasattr(posix, name):
+            replacement = exec_wrapper(original, kind)
+            setattr(posix, name, replacement)
+            setattr(os, name, replacement)
     # Keep the environment of this process hooked for children that inherit
     # it (os.system, multiprocessing, shells that start Python).
     inject_env(os.environ)

@@ -13,11 +13,11 @@ from .interpreters import python_versions
 from .listeners import TcpSink, UdpSink, dns_qnames
 from .sdist import build_sdist, project_name_version
 from .tryone import compile_try_one, parse as parse_try_one, run_try_one, try_one_py_argv
-from .users import NOBODY, run_as_nobody
+from .users import NOBODY, run_as_nobody, traversable_by
 from .wheelhouse import PINS, WheelhouseUnavailable, ensure_wheelhouse, wheelhouse_dir
 
 __all__ = [
-    "FakeHome", "HOSTILE", "LEGIT", "NOBODY", "PACKAGES", "PERSIST_MARK", "PINS", "PIP_NEUTRAL",
+    "FakeHome", "HOSTILE", "LEGIT", "NOBODY", "traversable_by", "PACKAGES", "PERSIST_MARK", "PINS", "PIP_NEUTRAL",
     "TcpSink", "UdpSink", "WheelhouseUnavailable", "all_projects", "attempts", "build_sdist",
     "capabilities", "check", "clean_env", "compile_try_one", "describe", "dns_qnames",
     "ensure_wheelhouse", "make_fake_home", "marker", "need", "netns_preexec", "parse_try_one",

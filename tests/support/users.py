@@ -1,6 +1,7 @@
 """Run a subprocess as the unprivileged ``nobody`` user (uid/gid 65534)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 
@@ -29,3 +30,27 @@ def run_as_nobody(argv, **kw) -> subprocess.CompletedProcess:
 
     kw.setdefault("check", False)
     return subprocess.run(argv, preexec_fn=_drop, **kw)
+
+
+@contextlib.contextmanager
+def traversable_by(path: str, uid: int = NOBODY):
+    """Let ``uid`` traverse ``path`` (``x``) for the duration, by an ACL entry naming it.
+
+    Not ``chmod o+x``: that opens ``path`` to every local user, and a ``chmod`` also resets the
+    ACL mask, taking away the entries that concurrent pipguard runs (as root, their sandbox users)
+    hold on the same directory (``/root`` for a pyenv interpreter). Holds pipguard's ACL lock while
+    it changes the ACL, as pipguard does.
+    """
+    from pipguard import acl, sandbox_user
+
+    mode = os.stat(path).st_mode
+    if mode & 0o001:
+        yield
+        return
+    with sandbox_user.acl_lock():
+        had = acl.grant_user(path, uid, sandbox_user.X)
+    try:
+        yield
+    finally:
+        with sandbox_user.acl_lock():
+            acl.revoke_user(path, uid, had)

@@ -1,0 +1,540 @@
+"""The unprivileged user a sandbox runs as when pipguard itself runs as root.
+
+Why: with every capability dropped, uid 0 is still the *owner* of root's
+files, so a mode-0600 root-owned file in a directory the sandbox may read
+(a ``*.conf`` in ``/etc``, a token under ``/opt``) stays readable. Running
+the sandbox as another uid makes the kernel's own permission checks keep
+every root-only file out of reach — no list of names to keep complete.
+
+Which uid: one per run, leased from :data:`UIDS` (a range outside the usual
+system, user, ``nobody``, systemd DynamicUser 61184–65519 and subordinate-uid
+ranges; every candidate is also checked against passwd, group,
+``/etc/subuid``/``subgid`` and this process's uid/gid map). Not ``nobody``:
+it is shared with NFS squashing and daemons, and a sandbox running as
+``nobody`` could signal or ptrace their processes and read or change their
+files if anything let it. One uid per run, like systemd's DynamicUser:
+concurrent runs cannot reach each other's files even without Landlock
+(``--isolation audit``), and whatever that uid owns or runs after the run
+is this run's to clean up. The gid is the same number; no supplementary
+groups.
+
+Grants, for paths the run needs: POSIX ACL entries naming that uid
+(:mod:`pipguard.acl`) — traverse-only (``x``) on ancestors the uid could
+not traverse, read on inputs others cannot read, owner-like rights on the
+write roots; pipguard's private temp dir and decoy HOME are chowned to it.
+Not chmod: ``o+x`` on ``/root`` or on pip's 0700 temp dirs would open them
+to every local user. Not chown of inputs: it would hand the tree to the
+sandbox (which could then chmod it or add ACLs of its own) and lose the
+original owners. An ACL entry names only the sandbox uid, and the mask is
+the union of the group-class entries, so no other user's effective rights
+change (an ACL whose mask narrows an entry is refused).
+
+After the run (:meth:`Lease.release`): processes still running as the uid
+are killed; files it created in the write roots are given to the write
+root's owner, lose setuid/setgid/world-write bits and any ACL naming a
+sandbox uid; the entries pipguard added are removed (the mode's group bits
+put back); entries it left in ``/tmp``, ``/var/tmp`` and ``/dev/shm`` are
+removed. If pipguard is killed mid-run: every change is journaled in the
+lease file *before* it is made, and the next run that leases the uid undoes
+it first (lowest free uid first, so that is usually the next run). Until
+then the stale entries name a uid that no account has.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import grp
+import json
+import os
+import pwd
+import shutil
+import signal
+import stat
+import sys
+import time
+from dataclasses import dataclass
+from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
+
+from pipguard import acl
+from pipguard.errors import SandboxUserError
+
+#: sandbox uids (and gids): 1000 concurrent runs
+UIDS = range(1_860_000, 1_861_000)
+#: where leases live: root-only, never in a world-writable dir
+STATE_DIRS = ("/run/pipguard", "/var/lib/pipguard")
+#: world-writable dirs a sandbox could leave files in without Landlock
+SHARED_TMP = ("/tmp", "/var/tmp", "/dev/shm")
+R, W, X = 4, 2, 1
+
+
+@dataclass(frozen=True)
+class SandboxUser:
+    """The uid/gid a run's sandbox runs as (no supplementary groups)."""
+
+    uid: int
+    gid: int
+
+
+def needed() -> bool:
+    """True when the sandbox must switch user: pipguard is root on Linux."""
+    return sys.platform.startswith("linux") and os.geteuid() == 0
+
+
+def _state_dir() -> str:
+    for d in STATE_DIRS:
+        parent = os.path.dirname(d)
+        if not os.path.isdir(parent):
+            continue
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            pass
+        except OSError:
+            continue
+        st = os.lstat(d)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o077:
+            raise SandboxUserError(f"{d} is not a root-owned 0700 directory; pipguard will not keep leases there",
+                                   hint=f"remove {d} and run again")
+        return d
+    raise SandboxUserError("no place for pipguard's sandbox-user leases (" + ", ".join(STATE_DIRS) + ")")
+
+
+def _id_map(path: str) -> List[Tuple[int, int]]:
+    try:
+        with open(path) as f:
+            return [(int(a), int(a) + int(n)) for a, _b, n in (line.split() for line in f)]
+    except OSError:
+        return [(0, 1 << 32)]
+
+
+def _subordinate(path: str) -> List[Tuple[int, int]]:
+    out = []
+    try:
+        with open(path) as f:
+            for line in f:
+                parts = line.strip().split(":")
+                if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+                    out.append((int(parts[1]), int(parts[1]) + int(parts[2])))
+    except OSError:
+        pass
+    return out
+
+
+_UNNAMED: set = set()  # ids found in neither passwd nor group (NSS lookups cost ms; cached)
+
+
+def _usable(n: int, maps) -> bool:
+    uid_map, gid_map, sub_u, sub_g = maps
+    if not any(a <= n < b for a, b in uid_map) or not any(a <= n < b for a, b in gid_map):
+        return False
+    if any(a <= n < b for a, b in sub_u + sub_g):
+        return False
+    if n in _UNNAMED:
+        return True
+    try:
+        pwd.getpwuid(n)
+        return False
+    except KeyError:
+        pass
+    try:
+        grp.getgrgid(n)
+        return False
+    except KeyError:
+        _UNNAMED.add(n)
+        return True
+
+
+def processes_of(uid: int) -> List[int]:
+    """Live (not zombie) pids whose real, effective, saved or filesystem uid
+    is ``uid``. From /proc/PID/status, not the owner of /proc/PID: a process
+    that made itself non-dumpable shows root there."""
+    out = []
+    want = str(uid).encode()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            fd = os.open(f"/proc/{name}/status", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                data = os.read(fd, 4096)
+            finally:
+                os.close(fd)
+        except OSError:
+            continue
+        state = data.find(b"\nState:\t")
+        if state >= 0 and data[state + 8:state + 9] in (b"Z", b"X"):
+            continue
+        at = data.find(b"\nUid:\t")
+        if at >= 0 and want in data[at + 6:data.find(b"\n", at + 6)].split():
+            out.append(int(name))
+    return out
+
+
+def kill_all(uid: int) -> List[int]:
+    """SIGKILL every process running as ``uid`` (only sandboxes run as a
+    leased uid); returns the pids that were found."""
+    killed: List[int] = []
+    for _ in range(50):
+        pids = processes_of(uid)
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.01)
+    return sorted(set(killed))
+
+
+def _walk(top: str) -> Iterator[Tuple[str, os.stat_result]]:
+    """``top`` and everything below it on the same filesystem, never
+    following a symlink (a mount inside a build dir is not part of it)."""
+    try:
+        st = os.lstat(top)
+    except OSError:
+        return
+    yield top, st
+    if not stat.S_ISDIR(st.st_mode):
+        return
+    device = st.st_dev
+    for dirpath, dirnames, filenames in os.walk(top, followlinks=False):
+        keep = []
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            try:
+                entry = os.lstat(path)
+            except OSError:
+                continue
+            if entry.st_dev != device:
+                continue
+            if name in dirnames and stat.S_ISDIR(entry.st_mode):
+                keep.append(name)
+            yield path, entry
+        dirnames[:] = keep
+
+
+def _shared_inode(st: os.stat_result) -> bool:
+    """A file with more than one name: granting it would grant its other
+    names too, wherever they are (a hard link to /etc/shadow in a source
+    tree). Never granted; the sandbox may still replace it in a writable dir."""
+    return not stat.S_ISDIR(st.st_mode) and st.st_nlink > 1
+
+
+def _ancestors(path: str) -> List[str]:
+    out = []
+    path = os.path.dirname(path)
+    while True:
+        out.append(path)
+        if path == "/":
+            break
+        path = os.path.dirname(path)
+    return out[::-1]
+
+
+class Lease:
+    """One sandbox uid held for one run (a ``flock`` on its lease file, so a
+    killed pipguard frees it). Grants made through it are journaled in the
+    lease file and undone by :meth:`release`, or by the next holder."""
+
+    def __init__(self, user: SandboxUser, fd: int, state_dir: str) -> None:
+        self.user = user
+        self._fd = fd
+        self._state_dir = state_dir
+        self._granted: set = set()
+        self.cleanup_notes: List[str] = []
+
+    # -- journal -----------------------------------------------------------------------------
+    def _log(self, **entry) -> None:
+        data = (json.dumps(entry) + "\n").encode()
+        while data:
+            data = data[os.write(self._fd, data):]
+
+
+    # -- grants ------------------------------------------------------------------------------
+    def _grant(self, path: str, st: os.stat_result, perm: int) -> None:
+        if stat.S_ISLNK(st.st_mode) or acl.effective_other(st.st_mode, perm) or not perm:
+            return
+        if _shared_inode(st):
+            self.cleanup_notes.append(f"not granted (hard-linked): {path}")
+            return
+        key = (st.st_dev, st.st_ino)
+        self._log(op="acl", path=path, dev=st.st_dev, ino=st.st_ino, had=None)  # before the change
+        try:
+            had = acl.grant_user(path, self.user.uid, perm)
+        except acl.AclError as exc:
+            raise SandboxUserError(f"cannot let the sandbox user reach {path}: {exc.strerror}",
+                                   hint="build in a directory on a filesystem with POSIX ACLs, "
+                                        "or run pipguard as an unprivileged user") from exc
+        except OSError as exc:
+            raise SandboxUserError(f"cannot let the sandbox user reach {path}: {exc.strerror}") from exc
+        if key not in self._granted:
+            self._granted.add(key)
+            self._log(op="acl", path=path, dev=st.st_dev, ino=st.st_ino, had=had)
+
+    def traverse(self, path: str) -> None:
+        """Let the uid reach ``path`` by name: ``x`` on every ancestor (of its
+        spelling and of its real path) that it could not traverse."""
+        for spelling in dict.fromkeys((os.path.abspath(path), os.path.realpath(path))):
+            for d in _ancestors(spelling):
+                try:
+                    st = os.lstat(d)
+                except OSError:
+                    break
+                if stat.S_ISDIR(st.st_mode):
+                    self._grant(d, st, X)
+
+    def readable(self, path: str, *, recursive: bool) -> None:
+        """Reach ``path`` and read it (and, ``recursive``, everything below)
+        like its owner can, minus writing."""
+        self.traverse(path)
+        target = os.path.realpath(path)
+        entries = _walk(target) if recursive else _walk_one(target)
+        for p, st in entries:
+            perm = acl.owner_perm(st.st_mode) & ~W
+            self._grant(p, st, perm | (X if stat.S_ISDIR(st.st_mode) else 0))
+
+    def writable(self, path: str) -> None:
+        """Owner-like rights on the tree ``path``; files the sandbox creates
+        there are given to the owner of ``path`` after the run."""
+        target = os.path.realpath(path)
+        try:
+            st = os.lstat(target)
+        except OSError:
+            return
+        self.traverse(target)
+        self._log(op="own", path=target, uid=st.st_uid, gid=st.st_gid)
+        for p, st in _walk(target):
+            perm = acl.owner_perm(st.st_mode) | (R | W | X if p == target and stat.S_ISDIR(st.st_mode) else 0)
+            self._grant(p, st, perm)
+
+    def file(self, path: str, perm: int) -> None:
+        """Reach one file with ``perm`` (the event FIFO: write only)."""
+        self.traverse(path)
+        self._grant(path, os.lstat(path), perm)
+
+    def give(self, path: str) -> None:
+        """chown a private directory of the run to the uid (it is removed with the run)."""
+        self.traverse(path)
+        self._log(op="private", path=path)
+        os.chown(path, self.user.uid, self.user.gid)
+
+    # -- undo --------------------------------------------------------------------------------
+    def release(self) -> None:
+        """Undo every grant, normalise what the uid left, free the uid. Call
+        after the sandbox ended (it kills what still runs as the uid)."""
+        if self._fd < 0:
+            return
+        try:
+            undo(self.user, _journal(self._fd), self.cleanup_notes)
+            os.ftruncate(self._fd, 0)
+        finally:
+            os.close(self._fd)
+            self._fd = -1
+
+
+@contextlib.contextmanager
+def acl_lock() -> Iterator[None]:
+    """Hold pipguard's host-wide ACL lock: read-modify-writes of ACLs on a
+    shared ancestor (/root, a shared temp dir) by different runs — or by
+    anything else that grants with :mod:`pipguard.acl` — must not interleave."""
+    fd = os.open(os.path.join(_state_dir(), "acl.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _walk_one(path: str) -> Iterator[Tuple[str, os.stat_result]]:
+    try:
+        yield path, os.lstat(path)
+    except OSError:
+        return
+
+
+def _journal(fd: int) -> List[dict]:
+    os.lseek(fd, 0, os.SEEK_SET)
+    data = b""
+    while True:
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            break
+        data += chunk
+    os.lseek(fd, 0, os.SEEK_END)
+    out = []
+    for line in data.splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue  # a line cut by a kill
+    return out
+
+
+def _normalise_owned(root: str, uid: int, owner: Tuple[int, int], notes: List[str]) -> None:
+    for path, st in _walk(root):
+        if st.st_uid != uid and st.st_gid != uid:
+            continue
+        try:
+            os.chown(path, owner[0], owner[1], follow_symlinks=False)
+            if stat.S_ISLNK(st.st_mode):
+                continue
+            for default in (False, True):
+                if acl.names_user(path, UIDS, default=default):
+                    os.removexattr(path, "system.posix_acl_default" if default else acl.XATTR,
+                                   follow_symlinks=False)
+            mode = stat.S_IMODE(st.st_mode)
+            clean = mode & ~(stat.S_ISUID | stat.S_ISGID | stat.S_IWOTH)
+            os.chmod(path, clean)
+            if clean != mode:
+                notes.append(f"{path}: mode {mode:o} -> {clean:o}")
+        except OSError:
+            continue
+
+
+def undo(user: SandboxUser, journal: Sequence[dict], notes: Optional[List[str]] = None) -> None:
+    """Undo a journal (of this run, or of a run that was killed)."""
+    notes = [] if notes is None else notes
+    kill_all(user.uid)
+    with acl_lock():
+        for entry in journal:
+            if entry.get("op") == "own":
+                _normalise_owned(entry["path"], user.uid, (entry["uid"], entry["gid"]), notes)
+        done = set()
+        final = {}  # path -> the "had" answer recorded after the grant, if any
+        for entry in journal:
+            if entry.get("op") == "acl" and entry.get("had") is not None:
+                final[(entry["path"], entry["dev"], entry["ino"])] = entry["had"]
+        for entry in reversed(journal):
+            op = entry.get("op")
+            if op == "acl":
+                key = (entry["path"], entry["dev"], entry["ino"])
+                if key in done:
+                    continue
+                done.add(key)
+                try:
+                    st = os.lstat(entry["path"])
+                except OSError:
+                    continue
+                if (st.st_dev, st.st_ino) != (entry["dev"], entry["ino"]) or stat.S_ISLNK(st.st_mode):
+                    continue
+                # a grant cut short by a kill: whether an ACL existed before is
+                # unknown; keep one only if it names anybody else
+                try:
+                    acl.revoke_user(entry["path"], user.uid, bool(final.get(key, False)))
+                except OSError:
+                    continue
+            elif op == "private":
+                path = entry["path"]
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                if stat.S_ISDIR(st.st_mode) and st.st_uid == user.uid:
+                    shutil.rmtree(path, ignore_errors=True)
+        for d in SHARED_TMP:
+            _remove_owned_entries(d, user.uid, notes)
+
+
+def _remove_owned_entries(directory: str, uid: int, notes: List[str]) -> None:
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if st.st_uid != uid:
+            continue
+        notes.append(f"removed {entry.path} (left by the sandbox user)")
+        if stat.S_ISDIR(st.st_mode):
+            shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            try:
+                os.unlink(entry.path)
+            except OSError:
+                pass
+
+
+def _maps():
+    return (_id_map("/proc/self/uid_map"), _id_map("/proc/self/gid_map"),
+            _subordinate("/etc/subuid"), _subordinate("/etc/subgid"))
+
+
+def usable_count() -> int:
+    """How many uids of :data:`UIDS` this host could lease (for ``doctor``)."""
+    maps = _maps()
+    return sum(1 for n in UIDS if _usable(n, maps))
+
+
+def lease(candidates: Iterable[int] = UIDS) -> Lease:
+    """Lease the lowest free sandbox uid. Undoes a previous holder's journal
+    first (a pipguard killed mid-run)."""
+    state = _state_dir()
+    maps = _maps()
+    for n in candidates:
+        if not _usable(n, maps):
+            continue
+        path = os.path.join(state, f"uid-{n}")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                continue
+            raise
+        user = SandboxUser(n, n)
+        # A pipguard killed mid-run leaves its journal (written before the
+        # sandbox starts), and maybe processes: undo both before reuse.
+        stale = _journal(fd)
+        if stale:
+            undo(user, stale)
+            os.ftruncate(fd, 0)
+        return Lease(user, fd, state)
+    raise SandboxUserError(f"no free sandbox uid in {UIDS.start}-{UIDS.stop - 1} (mapped, not in passwd/group/subuid)",
+                           hint="run pipguard as an unprivileged user, or in a user namespace that maps that range")
+
+
+def hook_config(text: str, user: SandboxUser) -> str:
+    """The audit hook's configuration with the sandbox user added: the hook
+    then reports reads the kernel refuses that user (root-only files)."""
+    config = json.loads(text)
+    config["sandbox_user"] = [user.uid, user.gid]
+    return json.dumps(config, separators=(",", ":"))
+
+
+def prepare(plan, allow_read: Sequence[str] = ()) -> Lease:
+    """Lease a uid and grant it what ``plan`` needs: its private temp dir and
+    HOME (chowned), the event FIFO (write), the write roots (owner-like),
+    the command, interpreter and read roots (``allow_read`` recursively).
+    Raises :class:`SandboxUserError`; on failure nothing stays granted."""
+    held = lease()
+    try:
+        private = {plan.tmp_dir, plan.home_dir}
+        with acl_lock():
+            for d in (plan.tmp_dir, plan.home_dir):
+                held.give(d)
+            held.file(plan.fifo, W)
+            for root in plan.write_roots:
+                if root not in private:
+                    held.writable(root)
+            if plan.cwd not in plan.write_roots:
+                held.readable(plan.cwd, recursive=True)
+            recursive = {os.path.realpath(p) for p in allow_read}
+            for root in plan.read_roots:
+                held.readable(root, recursive=os.path.realpath(root) in recursive)
+            for exe in dict.fromkeys((plan.executable, os.path.realpath(plan.executable))):
+                held.readable(exe, recursive=False)
+    except BaseException:
+        held.release()
+        raise
+    return held
+
+
+__all__ = ["SandboxUser", "Lease", "UIDS", "acl_lock", "hook_config", "lease", "needed", "prepare", "undo", "kill_all", "processes_of"]
