@@ -121,7 +121,9 @@ def plan_call(argv: Sequence[str], cwd: str, env: Dict[str, str]) -> HookCall:
         reads.append(os.path.realpath(prepared))
     reads += _build_env_roots(env, python)
     name, version = source_identity(cwd)
-    clean_env = {k: v for k, v in env.items() if not k.startswith(("PIP_", "PIPGUARD_"))}
+    # pip's settings (index credentials among them) and the seam's channel never reach a
+    # hook; everything else goes through the sandbox's allow-list (--keep-env adds names)
+    clean_env = {k: v for k, v in env.items() if not k.startswith("PIP_") and k != "PIPGUARD_SEAM"}
     return HookCall(hook, name, version, (python, script, hook, control_dir), cwd, clean_env,
                     control_dir, output_dir, tuple(dict.fromkeys(r for r in reads if r != cwd)),
                     tuple(dict.fromkeys(writes)), srcguard.snapshot(cwd))
