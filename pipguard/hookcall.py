@@ -134,9 +134,9 @@ def plan_call(argv: Sequence[str], cwd: str, env: Dict[str, str]) -> HookCall:
                     tuple(dict.fromkeys(writes)), srcguard.snapshot(cwd))
 
 
-#: pyproject-hooks' marker: a prepare-metadata call for a backend without that hook
-#: built the whole wheel next to the metadata it extracted (_in_process.py)
-WHEEL_BUILT_MARKER = "PEP517_ALREADY_BUILT_WHEEL"
+#: pyproject-hooks' marker (its name before and since 1.0): a prepare-metadata call for a
+#: backend without that hook built the whole wheel next to the metadata (_in_process.py)
+WHEEL_BUILT_MARKERS = ("PEP517_ALREADY_BUILT_WHEEL", "PYPROJECT_HOOKS_ALREADY_BUILT_WHEEL")
 
 
 def _prebuilt_wheel_dir(metadata_dir: str) -> List[str]:
@@ -147,7 +147,7 @@ def _prebuilt_wheel_dir(metadata_dir: str) -> List[str]:
     a name inside it), so it holds nothing of anyone else; a shared parent (``/tmp``,
     a home) is never granted."""
     parent = os.path.dirname(metadata_dir)
-    if not os.path.isfile(os.path.join(parent, WHEEL_BUILT_MARKER)):
+    if not any(os.path.isfile(os.path.join(parent, m)) for m in WHEEL_BUILT_MARKERS):
         return []
     from pipguard.plan import UNSAFE_CWD, home_directories
 
