@@ -25,6 +25,7 @@ import email.parser
 import json
 import os
 import stat
+import tempfile
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -119,14 +120,43 @@ def plan_call(argv: Sequence[str], cwd: str, env: Dict[str, str]) -> HookCall:
     prepared = kwargs.get("metadata_directory") if hook in ("build_wheel", "build_editable") else None
     if isinstance(prepared, str) and os.path.isdir(prepared):
         reads.append(os.path.realpath(prepared))
+        reads += _prebuilt_wheel_dir(os.path.realpath(prepared))
     reads += _build_env_roots(env, python)
     name, version = source_identity(cwd)
     # pip's settings (index credentials among them) and the seam's channel never reach a
     # hook; everything else goes through the sandbox's allow-list (--keep-env adds names)
     clean_env = {k: v for k, v in env.items() if not k.startswith("PIP_") and k != "PIPGUARD_SEAM"}
+    # pip <= 25 writes its build environment's site/sitecustomize.py without bytecode;
+    # the call may read that directory but not write it, so Python's import system
+    # would try (and be refused, a write-outside-roots finding) to cache it. Whatever a
+    # hook call could cache lies in pip's throw-away directories: nothing is lost.
+    clean_env["PYTHONDONTWRITEBYTECODE"] = "1"
     return HookCall(hook, name, version, (python, script, hook, control_dir), cwd, clean_env,
                     control_dir, output_dir, tuple(dict.fromkeys(r for r in reads if r != cwd)),
                     tuple(dict.fromkeys(writes)), srcguard.snapshot(cwd))
+
+
+#: pyproject-hooks' marker (its name before and since 1.0): a prepare-metadata call for a
+#: backend without that hook built the whole wheel next to the metadata (_in_process.py)
+WHEEL_BUILT_MARKERS = ("PEP517_ALREADY_BUILT_WHEEL", "PYPROJECT_HOOKS_ALREADY_BUILT_WHEEL")
+
+
+def _prebuilt_wheel_dir(metadata_dir: str) -> List[str]:
+    """The directory holding ``metadata_dir`` when the same package's prepare-metadata
+    call left a built wheel there: pyproject-hooks' build_wheel then copies that wheel
+    instead of building again (it lists the directory and reads the wheel). That
+    directory was the earlier call's own output directory (check_result allowed only
+    a name inside it), so it holds nothing of anyone else; a shared parent (``/tmp``,
+    a home) is never granted."""
+    parent = os.path.dirname(metadata_dir)
+    if not any(os.path.isfile(os.path.join(parent, m)) for m in WHEEL_BUILT_MARKERS):
+        return []
+    from pipguard.plan import UNSAFE_CWD, home_directories
+
+    if parent in UNSAFE_CWD or parent == os.path.realpath(tempfile.gettempdir()) or any(
+            h == parent or h.startswith(parent + "/") for h in home_directories()):
+        return []
+    return [parent]
 
 
 def _read_input(control_dir: str) -> dict:

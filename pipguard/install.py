@@ -443,7 +443,10 @@ class Installer:
                                 keep_env=self.options.keep_env, observe_reads=self.options.observe_reads,
                                 timeout=self.options.build_timeout)
                 code = f"import sys; sys.path.insert(0, {target!r}); import {module}"
-                report = run([self.python, "-c", code], policy, cwd=work, env=env)
+                # the stage is read-only to the probe (and thrown away): without this,
+                # Python's import system tries to cache bytecode there, a refused write
+                probe_env = dict(env, PYTHONDONTWRITEBYTECODE="1")
+                report = run([self.python, "-c", code], policy, cwd=work, env=probe_env)
                 self.phases.append(Phase("probe", module, report))
                 if report.verdict == "blocked":
                     return f"importing {module} attempted something blocked"

@@ -112,6 +112,8 @@ class Plan:
     proxy_port: Optional[int] = None
     # PATH directories inside a home made readable (see toolchain_roots); also in read_roots
     toolchain_roots: Tuple[str, ...] = ()
+    # their prefixes, not granted; a lookup there is informational (see toolchain_prefixes)
+    toolchain_prefixes: Tuple[str, ...] = ()
     # reads below these outside the grants are findings (Policy.private_roots)
     private_roots: Tuple[str, ...] = ()
     #: the ns backend's new root (pipguard.backends.ns); None: the plain backend
@@ -214,6 +216,25 @@ def toolchain_roots(path_var: Optional[str], homes: Sequence[str]) -> Tuple[str,
     return tuple(dict.fromkeys(found))
 
 
+def toolchain_prefixes(path_var: Optional[str], homes: Sequence[str],
+                       granted: Sequence[str]) -> Tuple[str, ...]:
+    """The prefix (the directory above ``bin``/``sbin``) of each PATH entry inside a
+    home that is not itself granted: ``~/.cargo`` for ``~/.cargo/bin``. CMake's and
+    meson's dependency searches derive a prefix from every PATH entry and list it
+    (meson: ``_cached_listdir``); it is not granted (``~/.cargo`` holds
+    ``credentials.toml``), so the lookup is refused, and it is no theft: rule
+    ``toolchain-prefix``, informational. Only the directory itself."""
+    found: List[str] = []
+    for entry in (path_var or "").split(os.pathsep):
+        if not entry.startswith("/") or os.path.basename(entry.rstrip("/")) not in ("bin", "sbin"):
+            continue
+        prefix = os.path.dirname(os.path.realpath(entry))
+        if any(prefix == h or prefix.startswith(h.rstrip("/") + "/") for h in homes) and not any(
+                prefix == g or prefix.startswith(g.rstrip("/") + "/") for g in granted):
+            found.append(prefix)
+    return tuple(dict.fromkeys(found))
+
+
 def _interpreter_roots(executable: str) -> List[str]:
     roots = [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(HOOK_DIR)]
     # The command's own install tree (e.g. /root/.pyenv/versions/3.9/bin/python -> that version).
@@ -310,6 +331,7 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
                if r not in ("/", "") and not any(h == r or h.startswith(r.rstrip("/") + "/") for h in homes)]
     toolchains = toolchain_roots(source_env.get("PATH"), homes)
     read_roots = [*derived, *toolchains, *policy.allow_read]
+    prefixes = toolchain_prefixes(source_env.get("PATH"), homes, read_roots)
 
     kept, removed = scrub_env(source_env, policy.keep_env)
     user_pythonpath = kept.pop("PYTHONPATH", None)
@@ -345,6 +367,7 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
         "write": write_roots,
         "write_files": [fifo],
         "private": list(policy.private_roots),
+        "prefixes": list(prefixes),
         "network": network,
         # the sandbox itself reaches only the proxy; the proxy enforces the hosts
         "hosts": [f"127.0.0.1:{proxy_port}"] if network == "hosts" else [],
@@ -393,7 +416,8 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
         tmp_dir=tmp_dir, home_dir=home_dir, env=kept, env_removed=removed, homes=homes,
         read_roots=tuple(read_roots), write_roots=tuple(write_roots), os_spec=os_spec,
         os_required=policy.isolation in ("os", "ns"), unavailable=unavailable, proxy_port=proxy_port,
-        toolchain_roots=toolchains, private_roots=tuple(policy.private_roots),
+        toolchain_roots=toolchains, toolchain_prefixes=prefixes,
+        private_roots=tuple(policy.private_roots),
         namespace=namespace, namespace_tmpfs=namespace_tmpfs,
     )
 

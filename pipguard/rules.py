@@ -74,7 +74,8 @@ PROC_PRIVATE = frozenset((
 # trigger (urllib3's IPv6 probe binds ::1 port 0; glibc tries nscd's socket on user
 # lookups; another Python version caches pipguard's hook) and lookups of
 # configuration in the decoy home.
-INFO_RULES = frozenset(("loopback-bind", "nscd-probe", "hook-bytecode", "config-lookup"))
+INFO_RULES = frozenset(("loopback-bind", "nscd-probe", "hook-bytecode", "config-lookup",
+                        "toolchain-prefix"))
 
 MESSAGES = {
     "proc-other-process": "reading another process's private /proc files",
@@ -85,6 +86,8 @@ MESSAGES = {
     "persistence": "startup and configuration files of a home directory are off limits",
     "write-outside-roots": "writes are allowed only in the build dir and the sandbox temp dir",
     "config-lookup": "configuration lookup in the sandbox home (it is empty)",
+    "toolchain-prefix": "the prefix of a PATH toolchain in a home, looked into by a build tool's "
+                        "search (refused: it is not granted)",
 }
 
 
@@ -108,13 +111,17 @@ class Grants:
     #: directories holding other tenants' data (pip's temp area: other builds of the same
     #: install): any read below them outside the grants is a finding, ``foreign-read``
     private: Tuple[str, ...] = ()
+    #: the prefixes of PATH toolchains in a home (plan.toolchain_prefixes: ``~/.cargo`` for
+    #: ``~/.cargo/bin``), not granted: opening or listing exactly one of them is refused
+    #: and informational, ``toolchain-prefix``; everything inside keeps its rule
+    prefixes: Tuple[str, ...] = ()
 
     @classmethod
     def of(cls, homes: Sequence[str], sandbox_home: str, read: Sequence[str],
            write: Sequence[str], write_files: Sequence[str] = (),
-           private: Sequence[str] = ()) -> "Grants":
+           private: Sequence[str] = (), prefixes: Sequence[str] = ()) -> "Grants":
         return cls(_norm(homes), sandbox_home.rstrip("/"), _norm(read), _norm(write),
-                   frozenset(write_files), _norm(private))
+                   frozenset(write_files), _norm(private), _norm(prefixes))
 
 
 def _norm(paths: Sequence[str]) -> Tuple[str, ...]:
@@ -170,6 +177,8 @@ def read_rule(path: str, grants: Grants, inside: Callable[[int], bool]) -> Optio
     granted = under(path, grants.read + grants.write)
     if etc_secret(path) and not granted:
         return "secret-read"
+    if path in grants.prefixes and not granted:
+        return "toolchain-prefix"
     if under(path, grants.homes) and not granted:
         return "home-read"
     if under(path, grants.private) and not granted:

@@ -169,7 +169,7 @@ class Supervisor:
         from pipguard.plan import SYSTEM_READ
 
         self._grants = rules.Grants.of(plan.homes, plan.home_dir, plan.read_roots, plan.write_roots,
-                                       [plan.fifo], plan.private_roots)
+                                       [plan.fifo], plan.private_roots, plan.toolchain_prefixes)
         tables = rules.native_tables(self._grants, SYSTEM_READ)
         self._fixed_fast = tuple(tables["fixed_fast"])
         self._read_fast = tuple(tables["read_fast"])

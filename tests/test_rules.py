@@ -26,6 +26,7 @@ from typing import Callable, Optional, Sequence
 import pytest
 
 from pg import pipguard
+from pipguard.rules import INFO_RULES
 from support import parse_try_one, requires
 from support.tryone import TRY_ONE_PY
 
@@ -159,6 +160,14 @@ CASES = [
     Case("toolchain-credentials", lambda c: ["read", str(c.home / ".cargo" / "credentials.toml")],
          True, "secret-read", lambda c: str(c.home / ".cargo" / "credentials.toml"),
          setup=_toolchain, flags=_on_path),
+    # its prefix (the directory above bin), which meson's and CMake's searches list: refused
+    # (not granted), informational; a file in it keeps the home's rule
+    Case("toolchain-prefix", lambda c: ["read", str(c.home / ".cargo")], True, "toolchain-prefix",
+         lambda c: str(c.home / ".cargo"), setup=_toolchain, flags=_on_path),
+    Case("toolchain-prefix-file", lambda c: ["read", str(c.home / ".cargo" / "env")], True,
+         "home-read", lambda c: str(c.home / ".cargo" / "env"),
+         setup=lambda c: (_toolchain(c), (c.home / ".cargo" / "env").write_text("x\n")),
+         flags=_on_path),
 ]
 
 
@@ -244,14 +253,14 @@ def test_every_enforcer_decides_by_the_table(case, enforcer, tmp_path, fake_home
     else:
         assert out["ok"] or out["errno"] == errno.ENOENT, (out, r.report["events"])
     if case.rule is None:
-        assert not [e for e in file_events if e["action"] == "blocked" or e["rule"] == "config-lookup"], \
+        assert not [e for e in file_events if e["action"] == "blocked" or e["rule"] in INFO_RULES], \
             file_events
         assert r.report["verdict"] == "clean", r.report["events"]
         return
     expected = _expected_target(case, ctx, file_events)
     found = [(e["target"], e["rule"], e["action"], e["severity"]) for e in file_events
              if e["rule"] == case.rule]
-    severity = "info" if case.rule == "config-lookup" else "finding"
+    severity = "info" if case.rule in INFO_RULES else "finding"
     action = "blocked" if case.refused else "allowed"
     assert (expected, case.rule, action, severity) in found, file_events
     assert expected.startswith("/"), expected
@@ -309,6 +318,22 @@ def test_toolchain_roots_grant_path_dirs_in_a_home_but_never_credentials(tmp_pat
     h = str(home)
     assert got == (f"{h}/.cargo/bin", f"{h}/.rustup", f"{h}/.pyenv", f"{h}/.local/bin", f"{h}/bin",
                    f"{h}/.nvm/versions/node/v20/bin", f"{h}/.nvm/versions/node/v20/lib"), got
+
+
+def test_toolchain_prefixes_are_the_ungranted_directories_above_a_home_bin(tmp_path):
+    """The plan's toolchain prefixes: the parent of each ``bin``/``sbin`` PATH entry in a home
+    that no grant covers (``~/.cargo``: it holds ``credentials.toml``); never one outside a
+    home, never one already granted (pyenv's root, granted for its shims)."""
+    from pipguard.plan import toolchain_prefixes, toolchain_roots
+
+    home = tmp_path / "home"
+    for d in (".cargo/bin", ".pyenv/bin", ".local/bin", "bin", ".tools/shims"):
+        (home / d).mkdir(parents=True)
+    h = str(home)
+    path = ":".join(f"{h}/{e}" for e in (".cargo/bin", ".pyenv/bin", ".local/bin", "bin",
+                                          ".tools/shims")) + ":/usr/local/bin:/usr/bin"
+    granted = toolchain_roots(path, (h,))
+    assert toolchain_prefixes(path, (h,), granted) == (f"{h}/.cargo", f"{h}/.local", h)
 
 
 @requires("landlock", abi=6)

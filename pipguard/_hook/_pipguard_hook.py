@@ -130,6 +130,7 @@ def _make_hook(config, dumps=None):
     write_roots = norm_roots(config.get("write", ()))
     write_files = frozenset(config.get("write_files", ()))
     private_roots = norm_roots(config.get("private", ()))
+    prefix_set = frozenset(norm_roots(config.get("prefixes", ())))
     network = config.get("network", "none")
     allow_hosts = frozenset(config.get("hosts", ()))
     subprocess_ok = bool(config.get("subprocess", True))
@@ -470,7 +471,7 @@ def _make_hook(config, dumps=None):
                   _secret=secret_set, _secret_under=secret_under, _home=home_set,
                   _home_under=home_under, _home_all=home_all, _rw=rw_set, _rw_under=rw_under,
                   _rw_all=rw_all, _config=config_names, _private=private_set,
-                  _private_under=private_under,
+                  _private_under=private_under, _prefixes=prefix_set,
                   _decoy=sandbox_home + "/" if sandbox_home else "\0"):
         """The rule a read of this physical path breaks, "config-lookup"
         (allowed, reported as information), or None (see rules.read_rule)."""
@@ -482,6 +483,8 @@ def _make_hook(config, dumps=None):
         if _in_homes(path, _cred):
             return "secret-read"
         secret = path in _secret or path.startswith(_secret_under)
+        if path in _prefixes and not (_rw_all or path in _rw or path.startswith(_rw_under)):
+            return "toolchain-prefix"
         if (secret or _home_all or path in _home or path.startswith(_home_under)) and not (
                 _rw_all or path in _rw or path.startswith(_rw_under)):
             return "secret-read" if secret else "home-read"
@@ -523,7 +526,8 @@ def _make_hook(config, dumps=None):
             cut = path.find("/", cut + 1)
 
     ancestors = {"/"}
-    for p in homes + private_roots + read_roots + write_roots + SYSTEM_SECRETS + tuple(write_files) + (
+    for p in homes + private_roots + read_roots + write_roots + SYSTEM_SECRETS + tuple(write_files) + tuple(
+            prefix_set) + (
             "/proc", "/dev/pts", "/dev/null", "/dev/tty", "/dev/zero", "/dev/full", "/dev/stdout",
             "/dev/stderr"):
         ancestors.update(strict_ancestors(p))
