@@ -350,8 +350,10 @@ class Installer:
         return self._finish(returncode)
 
     def _finish(self, returncode: int) -> InstallResult:
-        if self.refusal:
-            return self._result("refused", f"refused: {self.refusal}. Nothing was installed.")
+        if self.refusals:
+            names = ", ".join(dict.fromkeys(r.who for r in self.refusals))
+            return self._result("refused", f"{names} refused the install (below: what was seen, "
+                                "what you can do); nothing was installed")
         if self.error:
             return self._result("error", self.error)
         if returncode == 3 and not self.gate_answered and not self.phases:
