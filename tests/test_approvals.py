@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 from support import build_sdist
-from test_install import PY, listing, pg_install, site_import  # noqa: F401
-from test_install import links, route, sdists, target  # noqa: F401 (fixtures)
+from support.pipinstall import PY, listing, pg_install, site_import
 
 BACKEND = '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
 

@@ -45,8 +45,10 @@ def table(result, *, color: bool = False, report_path: Optional[str] = None) -> 
                   tabulate(finding_rows, headers=("package", "severity", "rule", "member", "message"),
                            disable_numparse=True)]
     for phase in result.phases:
+        taken = {seq for seq, _approval in phase.accepted}  # listed above, under the approvals
         text = "\n\n".join(t for t in (
-            blocked_table(phase.report.events, phase.report.processes, color=color),
+            blocked_table([e for e in phase.report.events if e.seq not in taken], phase.report.processes,
+                          color=color),
             info_table(phase.report.events, phase.report.processes, color=color)) if t)
         if text:
             where = f"{phase.name} of {phase.package}" if phase.package else phase.name
