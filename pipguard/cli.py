@@ -186,15 +186,23 @@ def _install(sandbox_only: bool, kw: dict) -> None:
     if not pip_args:
         raise UsageError("nothing to install", hint="name packages, or use -r FILE, or -e DIR "
                          "(any 'pip install' argument)")
+    from pipguard import policyfile
+
+    # the project's policy file feeds the options, as the flags do; nothing
+    # after this reads it
+    project = policyfile.load(kw.get("policy"))
     options = InstallOptions(
         pip_args=pip_args, python=kw["python"], isolation=kw["isolation"],
         sandbox_only=sandbox_only, binary_only=not sandbox_only and not kw.get("sandbox"),
         probe_imports=kw["probe_imports"],
         build_hosts=tuple(HostPort.parse(h) for h in kw["allow_build_hosts"]),
-        build_timeout=kw["build_timeout"], keep_env=tuple(kw["keep_env"]),
+        build_timeout=kw["build_timeout"],
+        keep_env=tuple(dict.fromkeys([*kw["keep_env"], *project.keep_env])),
         observe_reads=not kw["no_observe_reads"],
-        allow_read=_existing(kw["allow_read"], "--allow-read"),
-        allow_write=_existing(kw["allow_write"], "--allow-write"),
+        allow_read=tuple(dict.fromkeys([*_existing(kw["allow_read"], "--allow-read"), *project.allow_read])),
+        allow_write=tuple(dict.fromkeys([*_existing(kw["allow_write"], "--allow-write"),
+                                         *project.allow_write])),
+        project=project,
         limits=tuple(sorted(limits.policy_settings(kw["limit_memory"], kw["limit_processes"],
                                                    kw["limit_cpu"], kw["limit_write"]).items())),
     )
@@ -214,7 +222,8 @@ def _install(sandbox_only: bool, kw: dict) -> None:
         write_atomic(report_path, dumps(result.to_json()))
     if kw["fmt"] == "table":
         if quiet < 2 or result.status not in ("installed", "clean"):
-            click.echo(render_install.table(result, color=_color(sys.stderr)), err=True, nl=False)
+            click.echo(render_install.table(result, color=_color(sys.stderr), report_path=report_path),
+                       err=True, nl=False)
     elif kw["fmt"] == "json":
         from pipguard.report import dumps
 
@@ -226,6 +235,47 @@ def _install(sandbox_only: bool, kw: dict) -> None:
     else:
         click.echo(render_install.sarif(result), nl=False)
     raise SystemExit(result.exit_code)
+
+
+def _approve(report_path: str, policy: Optional[str], write: bool) -> None:
+    import json
+
+    import click
+
+    from pipguard import approvals, policyfile
+
+    try:
+        with open(report_path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except OSError as exc:
+        raise UsageError(f"--from-report {report_path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise UsageError(f"--from-report {report_path}: not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"--from-report {report_path}: not a pipguard report")
+    project = policyfile.load(policy)
+    candidates = approvals.from_report(data, project.approvals)
+    target = project.path or os.path.abspath(policyfile.POLICY_FILE)
+    table = project.table
+    entries = [c for c in candidates if c.approval is not None]
+    text = approvals.to_toml(candidates, table)
+    if not candidates:
+        click.echo(f"pipguard: nothing to approve in {report_path} (nothing refused, or "
+                   f"{os.path.relpath(target)} already approves it)", err=True)
+        raise SystemExit(exitcodes.OK)
+    if not write:
+        click.echo(text, nl=False)
+        click.echo(f"pipguard: {len(entries)} approval(s) above; review them, then add them to "
+                   f"{os.path.relpath(target)} (or run again with --write)", err=True)
+        raise SystemExit(exitcodes.OK)
+    if not entries:
+        click.echo(text, nl=False)
+        raise SystemExit(exitcodes.REFUSED)
+    policyfile.append(target, table, text)
+    click.echo(f"pipguard: wrote {len(entries)} approval(s) to {os.path.relpath(target)}: review "
+               "each one (what was seen is in its comment; fill in the reason), then commit the file",
+               err=True)
+    raise SystemExit(exitcodes.OK)
 
 
 def _existing(paths: Sequence[str], flag: str) -> tuple:
@@ -292,7 +342,7 @@ def _doctor(fmt) -> None:
 
 # -- the click application ----------------------------------------------------
 
-_CLICK_NAMES = ("cli", "run", "install", "sandbox", "pkgbuild", "doctor", "_pip_options", "_FORMAT", "_ISOLATION")
+_CLICK_NAMES = ("cli", "run", "install", "sandbox", "pkgbuild", "doctor", "approve", "_pip_options", "_FORMAT", "_ISOLATION")
 
 
 def _click_app():
@@ -394,6 +444,10 @@ def _click_app():
             click.option("--pip-report", "pip_report", metavar="FILE",
                          help="Passed to pip as its --report (pip's installation report)."),
             click.option("--format", "fmt", type=_FORMAT, default="table", show_default=True),
+            click.option("--policy", "policy", metavar="PATH",
+                         help="The project's policy: a pipguard.toml, a pyproject.toml with "
+                              "[tool.pipguard], or a directory holding one (default: the working "
+                              "directory's, if any). Never read from a package."),
             click.argument("pip_args", nargs=-1, type=click.UNPROCESSED),
         ]
         for option in reversed(options):
@@ -461,6 +515,29 @@ def _click_app():
         _pkgbuild(directory, allow_hosts, isolation, timeout, report_path, fmt)
 
     @cli.command()
+    @click.option("--from-report", "report_path", required=True, metavar="FILE",
+                  help="An install/sandbox report (--report FILE) of a refused run.")
+    @click.option("--policy", "policy", metavar="PATH",
+                  help="The policy to check against and write to (default: the working directory's "
+                       "pipguard.toml or pyproject.toml [tool.pipguard]; pipguard.toml when none).")
+    @click.option("--write", is_flag=True,
+                  help="Append the entries to the policy file instead of printing them.")
+    def approve(report_path, policy, write) -> None:
+        """Write approvals for what refused a run, pinned to each artifact's
+        sha256, for a human to review and commit.
+
+        One [[approve]] entry per refusing gate finding or blocked attempt of
+        a package pip got as an artifact (an sdist or a wheel), with a comment
+        saying what was seen. Approving accepts; it grants nothing: a blocked
+        attempt stays blocked, it just no longer refuses the install of that
+        exact artifact. A changed artifact needs a new approval.
+
+        Exit status: 0 written or printed (or nothing to approve), 1 nothing
+        in the report can be approved, 2 error.
+        """
+        _approve(report_path, policy, write)
+
+    @cli.command()
     @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
     def doctor(fmt) -> None:
         """Show which sandbox layers this host supports.
@@ -470,6 +547,7 @@ def _click_app():
         _doctor(fmt)
 
     globals().update(cli=cli, run=run, install=install, sandbox=sandbox, pkgbuild=pkgbuild, doctor=doctor,
+                     approve=approve,
                      _pip_options=_install_options, _FORMAT=_FORMAT, _ISOLATION=_ISOLATION)
     return cli
 

@@ -32,9 +32,11 @@ import tempfile
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
+from pipguard.approvals import Approval, Origin
 from pipguard.errors import UsageError
 from pipguard.files import sha256
 from pipguard.policy import HostPort
+from pipguard.policyfile import ProjectPolicy
 from pipguard.report import Event, FileWritten, LayerStatus, NetworkAttempt, ProcessRecord, Report
 
 if TYPE_CHECKING:  # imported where it scans: tarfile, zipfile, lzma... (~15 ms a start)
@@ -59,6 +61,9 @@ class InstallOptions:
       filtering proxy (``--allow-build-host``); empty: no network.
     - ``build_timeout``: seconds per hook call; None: no limit.
     - ``allow_read``/``allow_write``: extra roots for every hook call.
+    - ``project``: the project's policy file (:mod:`pipguard.policyfile`): its
+      approvals and per-package build hosts (its roots and variables are
+      already in the fields above); the empty default: none.
     """
 
     pip_args: Tuple[str, ...]
@@ -75,13 +80,66 @@ class InstallOptions:
     allow_write: Tuple[str, ...] = ()
     #: resource limits of each hook call, as Policy settings (``limit_memory``...); empty: defaults
     limits: Tuple[Tuple[str, float], ...] = ()
+    project: ProjectPolicy = ProjectPolicy()
 
 
 @dataclass(frozen=True)
 class Phase:
+    """One sandboxed run: a hook call or an import probe. ``accepted`` maps
+    the ``seq`` of each blocked attempt an approval accepted to that approval."""
+
     name: str
     package: Optional[str]
     report: Report
+    accepted: Tuple[Tuple[int, Approval], ...] = ()
+
+    @property
+    def verdict(self) -> str:
+        if self.report.verdict == "blocked" and not _counting(self):
+            return "approved"
+        return self.report.verdict
+
+
+def _counting(phase: Phase) -> Tuple[Event, ...]:
+    """The phase's blocked attempts that count (no approval accepted them)."""
+    accepted = {seq for seq, _ in phase.accepted}
+    return tuple(e for e in phase.report.blocked_events if e.seq not in accepted)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why one package refused the install, for the messages.
+
+    ``kind``: ``attempt`` (a blocked runtime attempt, in a hook call or an
+    import probe: ``phase`` says which), ``gate`` (a finding of the wheel
+    gate), ``output`` (a hook call left a result pip must not use; never
+    approvable), ``build`` (a hook call without ``--sandbox``). ``seen``: one line per thing seen. ``hosts``: destinations a
+    build was denied (for the "allow a host" hint)."""
+
+    package: str
+    version: str
+    kind: str
+    phase: str
+    seen: Tuple[str, ...]
+    origin: Optional[Origin] = None
+    hosts: Tuple[str, ...] = ()
+
+    @property
+    def who(self) -> str:
+        return f"{self.package} {self.version}".strip()
+
+    def text(self) -> str:
+        seen = "; ".join(self.seen[:5]) + (f"; and {len(self.seen) - 5} more" if len(self.seen) > 5 else "")
+        if self.kind == "gate":
+            return f"{self.who}: the gate found in its wheel: {seen}"
+        if self.kind == "build":
+            return (f"{self.who} needs its build backend to run ({self.phase}); without --sandbox no "
+                    "package code runs: use 'pipguard install --sandbox'")
+        if self.kind == "output":
+            return f"{self.who}: its {self.phase} hook left a result pip must not use: {seen}"
+        if self.phase == "probe":
+            return f"{self.who}: importing it (--probe-imports) attempted what an import may not: {seen}"
+        return f"{self.who}: its {self.phase} hook attempted what a build may not: {seen}"
 
 
 @dataclass(frozen=True)
@@ -94,6 +152,11 @@ class PackageResult:
     verdict: str
     findings: Tuple[gate.Finding, ...] = ()
     events: Tuple[Event, ...] = ()
+    #: the artifact pip got (sdist or wheel); None: a local directory or checkout
+    origin: Optional[Origin] = None
+    #: findings and attempts an approval accepted (not in ``findings``/``events``)
+    accepted_findings: Tuple[Tuple[gate.Finding, Approval], ...] = ()
+    accepted_events: Tuple[Tuple[Event, Approval], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -109,6 +172,8 @@ class InstallResult:
     findings: Tuple[gate.Finding, ...]
     message: str = ""
     isolation: str = "auto"
+    refusals: Tuple[Refusal, ...] = ()
+    policy_file: Optional[str] = None
 
     @property
     def exit_code(self) -> int:
@@ -134,7 +199,7 @@ class InstallResult:
                     detail["package"] = phase.package
                 events.append(dataclasses.replace(e, seq=len(events) + 1, detail=detail))
             processes += r.processes
-            network += r.network
+            network += [n for n in r.network if not _seen_already(n, network)]
             files += r.files_written
             applied += [a for a in r.isolation.applied if a not in applied]
             unavailable.update(r.isolation.unavailable)
@@ -161,17 +226,55 @@ class InstallResult:
             self.status, "error")
         data["status"] = self.status
         data["message"] = self.message
-        data["phases"] = [{"name": p.name, "package": p.package, "verdict": p.report.verdict,
+        accepted = [dict(p.accepted).get(e.seq) for p in self.phases for e in p.report.events]
+        for event, approval in zip(data["events"], accepted):
+            if approval is not None:
+                _mark_accepted(event, approval)
+        data["phases"] = [{"name": p.name, "package": p.package, "verdict": p.verdict,
                            "exit_code": p.report.exit_code, "duration": p.report.duration}
                           for p in self.phases]
         data["packages"] = [
             {"name": p.name, "version": p.version, "artifact": p.artifact, "sha256": p.sha256,
+             "origin": p.origin.to_json() if p.origin else None,
              "from_sdist": p.from_sdist, "verdict": p.verdict,
-             "findings": [dataclasses.asdict(f) for f in p.findings],
-             "events": [dataclasses.asdict(e) for e in p.events]}
+             "findings": [_finding_json(f, None) for f in p.findings]
+             + [_finding_json(f, a) for f, a in p.accepted_findings],
+             "events": [dataclasses.asdict(e) for e in p.events]
+             + [_mark_accepted(dataclasses.asdict(e), a) for e, a in p.accepted_events]}
             for p in self.packages]
-        data["findings"] = [dataclasses.asdict(f) for f in self.findings]
+        data["findings"] = [_finding_json(f, None) for f in self.findings]
+        data["refusals"] = [{"package": r.package, "version": r.version, "kind": r.kind, "phase": r.phase,
+                             "seen": list(r.seen), "origin": r.origin.to_json() if r.origin else None,
+                             "hosts": list(r.hosts), "message": r.text()} for r in self.refusals]
+        data["policy_file"] = self.policy_file
         return data
+
+
+def _seen_already(attempt: NetworkAttempt, listed: Sequence[NetworkAttempt]) -> bool:
+    """The same destination, action and process seen by another layer (the
+    audit hook and the supervisor both see a Python connect): listed once."""
+    return any(dataclasses.replace(attempt, layer=n.layer) == n for n in listed)
+
+
+def _finding_json(finding: "gate.Finding", approval: Optional[Approval]) -> dict:
+    data = dataclasses.asdict(finding)
+    data["counts"] = approval is None and finding.severity in REFUSING_SEVERITIES
+    data["approved"] = _approval_json(approval)
+    return data
+
+
+def _mark_accepted(event: dict, approval: Approval) -> dict:
+    """An accepted attempt: blocked, and still listed, but it does not count."""
+    event["severity"] = "info"
+    event["detail"] = dict(event.get("detail") or {}, approved=_approval_json(approval))
+    return event
+
+
+def _approval_json(approval: Optional[Approval]) -> Optional[dict]:
+    if approval is None:
+        return None
+    return {"package": approval.package, "sha256": approval.sha256, "kind": approval.kind,
+            "rule": approval.rule, "target": approval.target, "reason": approval.reason}
 
 
 class Installer:
@@ -192,12 +295,28 @@ class Installer:
         self.phases: List[Phase] = []
         self.hook_results: List[HookResult] = []
         self.gated: Dict[str, PackageResult] = {}
-        self.refusal: Optional[str] = None   # why pipguard refused (findings): exit 1
+        #: source tree -> (the name pip resolved, the artifact), sent by the seam
+        self.sources: Dict[str, Tuple[Optional[str], Optional[Origin]]] = {}
+        #: package -> its artifact, as learnt from the seam
+        self.origins: Dict[str, Origin] = {}
+        #: package -> its blocked attempts an approval accepted, with the approval
+        self.accepted: Dict[str, List[Tuple[Event, Approval]]] = {}
+        self.refusals: List[Refusal] = []
         self.error: Optional[str] = None     # why pipguard could not go on: exit 2
         self.gate_answered = False
         mode = "sandbox" if options.sandbox_only else "install"
         self.command = ("pipguard", mode, *(("--sandbox",) if mode == "install" and not options.binary_only
                                             else ()), *_redacted(options.pip_args))
+
+    @property
+    def refusal(self) -> Optional[str]:
+        """Why pipguard refused (findings: exit 1), one line; None: not refused."""
+        return "; ".join(r.text() for r in self.refusals) or None
+
+    def _refuse(self, refusal: Refusal) -> str:
+        self.refusals.append(refusal)
+        self.progress(f"{refusal.who}: REFUSED ({refusal.kind}: {refusal.phase})")
+        return refusal.text()
 
     # ------------------------------------------------------------------ run
     def run(self) -> InstallResult:
@@ -208,8 +327,6 @@ class Installer:
         pip_args = list(self.options.pip_args)
         if self.options.binary_only:
             pip_args += ["--only-binary", ":all:"]
-        if self.options.sandbox_only and not any(a in ("-q", "--quiet") for a in pip_args):
-            pass
         from pipguard._seam.target import move_credentials
 
         # credentials in -i/--extra-index-url/-f URLs: into pip's environment, not its argv
@@ -221,7 +338,7 @@ class Installer:
             proc = subprocess.Popen([self.python, TARGET_SCRIPT, "pip", "install", *pip_args], env=env,
                                     stdout=self.pip_stdout)
             server.serve(proc.pid, {"hook": self._on_hook, "gate": self._on_gate,
-                                    "refuse": self._on_refuse})
+                                    "refuse": self._on_refuse, "source": self._on_source})
             returncode = proc.wait()
         except KeyboardInterrupt:
             if proc is not None:
@@ -233,8 +350,10 @@ class Installer:
         return self._finish(returncode)
 
     def _finish(self, returncode: int) -> InstallResult:
-        if self.refusal:
-            return self._result("refused", f"refused: {self.refusal}. Nothing was installed.")
+        if self.refusals:
+            names = ", ".join(dict.fromkeys(r.who for r in self.refusals))
+            return self._result("refused", f"{names} refused the install (below: what was seen, "
+                                "what you can do); nothing was installed")
         if self.error:
             return self._result("error", self.error)
         if returncode == 3 and not self.gate_answered and not self.phases:
@@ -258,19 +377,38 @@ class Installer:
                 continue  # gated: its verdict includes its hook calls
             # a package that never reached the gate: its hook calls decide
             calls = [r for r in self.hook_results if r.call.package == name]
+            events = self._counting_events(name)
             packages[name] = PackageResult(
                 name, calls[-1].call.version, "", "", True,
-                "blocked" if any(r.refusing for r in calls) else "clean",
-                tuple(f for r in calls for f in _problem_findings(r)),
-                tuple(e for r in calls for e in r.report.blocked_events))
+                "blocked" if events or any(r.problems for r in calls) else
+                ("approved" if self.accepted.get(name) else "clean"),
+                tuple(f for r in calls for f in _problem_findings(r)), events,
+                self.origins.get(name), (), tuple(self.accepted.get(name, ())))
         all_findings = tuple(f for p in packages.values() for f in p.findings)
         return InstallResult(self.command, status, tuple(self.phases), tuple(packages.values()),
-                             all_findings, message, self.options.isolation)
+                             all_findings, message, self.options.isolation, tuple(self.refusals),
+                             self.options.project.path)
+
+    def _counting_events(self, package: str) -> Tuple[Event, ...]:
+        return tuple(e for p in self.phases if p.package == package and p.name != "probe"
+                     for e in _counting(p))
 
     # ------------------------------------------------------------ handlers
     def _on_refuse(self, request: dict, fds: List[int]) -> dict:
         reason = str(request.get("reason", "refused"))[:2000]
         self.error = self.error or f"pipguard cannot do this install safely: {reason}"
+        return {}
+
+    def _on_source(self, request: dict, fds: List[int]) -> dict:
+        """pip prepared a requirement (downloaded, unpacked; no hook has run):
+        remember what its source tree is."""
+        from packaging.utils import canonicalize_name
+
+        directory, name = request.get("dir"), request.get("name")
+        if isinstance(directory, str):
+            self.sources[os.path.realpath(directory)] = (
+                canonicalize_name(name) if isinstance(name, str) and name else None,
+                Origin.from_json(request.get("origin")))
         return {}
 
     def _on_hook(self, request: dict, fds: List[int]) -> dict:
@@ -282,39 +420,70 @@ class Installer:
         except hookcall.HookCallRefused as exc:
             self.error = self.error or f"pipguard refused a hook call: {exc}"
             return {"exit": 1, "message": f"pipguard: {exc}"}
+        # the name pip resolved wins over what the tree says about itself
+        pip_name, origin = self.sources.get(call.cwd, (None, None))
+        if pip_name and pip_name != call.package:
+            call = dataclasses.replace(call, package=pip_name)
+        if origin is not None:
+            self.origins[call.package] = origin
         who = f"{call.package} {call.version}".strip()
         if self.options.binary_only:
-            self.refusal = self.refusal or (f"{who} needs its build backend to run ({call.hook}); "
-                                            "without --sandbox no package code runs: use "
-                                            "'pipguard install --sandbox'")
-            return {"exit": 1, "message": f"pipguard: {self.refusal}"}
+            if not self.refusals:
+                self._refuse(Refusal(call.package, call.version, "build", call.hook, (), origin))
+            return {"exit": 1, "message": f"pipguard: refused: {self.refusal}"}
         if self.refusal:  # one refusal decides the install: run no more package code
             return {"exit": 1, "message": "pipguard: the install is already refused; not running "
                                           f"{call.hook} of {who}"}
         self.progress(f"{who}: {call.hook} (sandboxed)")
-        result = self._run_call(call, fds)
+        result = self._run_call(call, fds, self._hosts(call.package, pip_name))
         self.hook_results.append(result)
-        self.phases.append(Phase(call.hook, call.package, result.report))
+        phase = self._phase(call.hook, call.package, result.report, origin)
         status = _shell_status(result.report)
-        if result.refusing:
-            what = [f"{e.kind} {e.target} ({e.rule})" for e in result.report.blocked_events[:5]]
-            what += [f"{p.rule}: {p.message} {p.path}".strip() for p in result.problems[:5]]
-            self.refusal = f"{who}: {call.hook} attempted what a build may not ({'; '.join(what)})"
-            self.progress(f"{who}: {call.hook} BLOCKED")
-            return {"exit": status or 1, "message": "pipguard: " + self.refusal + " — the install "
-                    "is refused; see pipguard's report"}
-        self.progress(f"{who}: {call.hook} ok ({result.report.duration:.1f} s)")
+        counting = _counting(phase)
+        if counting or result.problems:
+            if result.problems:
+                why = self._refuse(Refusal(call.package, call.version, "output", call.hook,
+                                           tuple(f"{p.rule}: {p.message} {p.path}".strip()
+                                                 for p in result.problems), origin))
+            else:
+                why = self._refuse(Refusal(call.package, call.version, "attempt", call.hook,
+                                           tuple(_seen(e) for e in counting), origin, _hosts(counting)))
+            return {"exit": status or 1, "message": f"pipguard: refused: {why} — the install is "
+                    "refused; see pipguard's summary below"}
+        note = f", {len(phase.accepted)} attempt(s) accepted by approval" if phase.accepted else ""
+        self.progress(f"{who}: {call.hook} ok ({result.report.duration:.1f} s{note})")
         message = None
         if result.report.timed_out:
             message = f"pipguard: {call.hook} of {who} exceeded --build-timeout"
         return {"exit": status, "message": message}
 
-    def _run_call(self, call, fds: Sequence[int]) -> "HookResult":
+    def _hosts(self, package: str, pip_name: Optional[str]) -> Tuple[HostPort, ...]:
+        """The command line's build hosts, and the policy's for this package:
+        only when pip said which requirement the tree is (a tree's own
+        metadata could claim any name)."""
+        own = self.options.project.hosts_for(pip_name) if pip_name else ()
+        return tuple(dict.fromkeys([*self.options.build_hosts, *own]))
+
+    def _phase(self, name: str, package: str, report: Report, origin: Optional[Origin]) -> Phase:
+        """Record a sandboxed run, with the blocked attempts an approval of
+        ``origin`` accepts."""
+        approvals = self.options.project.approvals
+        accepted = []
+        for event in report.blocked_events:
+            approval = approvals.attempt(origin, event.rule, event.target, name)
+            if approval is not None:
+                accepted.append((event.seq, approval))
+                self.accepted.setdefault(package, []).append((event, approval))
+        phase = Phase(name, package, report, tuple(accepted))
+        self.phases.append(phase)
+        return phase
+
+    def _run_call(self, call, fds: Sequence[int], hosts: Tuple[HostPort, ...]) -> "HookResult":
         from pipguard import hookcall
         from pipguard.sandbox import run
 
         policy = hookcall.sandbox_policy(
-            call, isolation=self.options.isolation, build_hosts=self.options.build_hosts,
+            call, isolation=self.options.isolation, build_hosts=hosts,
             timeout=self.options.build_timeout, keep_env=self.options.keep_env,
             observe_reads=self.options.observe_reads, extra_read=self.options.allow_read,
             extra_write=self.options.allow_write, limits=dict(self.options.limits))
@@ -337,6 +506,7 @@ class Installer:
         wheels = request.get("wheels") or []
         results: List[PackageResult] = []
         owned = self._ownership(request) if role == "top" else {}
+        approvals = self.options.project.approvals
         for wheel in wheels:
             path = wheel.get("path") if isinstance(wheel, dict) else None
             if not isinstance(path, str) or not path.endswith(".whl") or not os.path.isfile(path) \
@@ -362,29 +532,44 @@ class Installer:
                 self.error = f"{name}: the wheel cannot be read: {exc}"
                 return {"decision": "refuse", "message": "pipguard: " + self.error}
             findings += tuple(owned.get(name, ()))
-            events = tuple(e for r in calls for e in r.report.blocked_events)
-            refusing = [f for f in findings if f.severity in REFUSING_SEVERITIES]
-            verdict = "blocked" if events else ("gate" if refusing else "clean")
+            origin = Origin.from_json(wheel.get("origin")) or self.origins.get(name)
+            if origin is not None:
+                self.origins[name] = origin
+            kept, accepted = [], []
+            for finding in findings:
+                approval = (approvals.finding(origin, finding.rule, finding.member)
+                            if finding.severity in REFUSING_SEVERITIES else None)
+                if approval is None:
+                    kept.append(finding)
+                else:
+                    accepted.append((finding, approval))
+            events = self._counting_events(name)
+            refusing = [f for f in kept if f.severity in REFUSING_SEVERITIES]
+            verdict = "blocked" if events else ("gate" if refusing else
+                                                ("approved" if accepted or self.accepted.get(name)
+                                                 else "clean"))
             results.append(PackageResult(name, str(version), os.path.basename(path), sha256(path),
                                          any(r.call.hook.startswith("build_") for r in calls), verdict,
-                                         findings, events))
+                                         tuple(kept), events, origin, tuple(accepted),
+                                         tuple(self.accepted.get(name, ()))))
+            if refusing:
+                self._refuse(Refusal(name, str(version), "gate", "gate" if role == "top"
+                                     else "gate (a build requirement)",
+                                     tuple(f"{f.rule} in {f.member or 'the wheel'}: {f.message}"
+                                           for f in refusing), origin))
         if role == "top":
             for result in results:
                 self.gated[result.name] = result
-        refused = [r for r in results if r.verdict != "clean"]
-        if refused:
-            where = " (a build requirement)" if role != "top" else ""
-            self.refusal = "; ".join(f"{r.name} {r.version}{where}: {_why(r)}" for r in refused)
+        if self.refusal:
             return {"decision": "refuse", "message": f"pipguard: refused: {self.refusal}"}
         if role != "top":
             return {"decision": "install"}  # a build environment: gated, and needed by the build
         for result in results:
-            self.progress(f"{result.name} {result.version}: gate passed")
+            note = " (with approved findings)" if result.accepted_findings else ""
+            self.progress(f"{result.name} {result.version}: gate passed{note}")
         if self.options.probe_imports and wheels:
-            why = self._probe([w["path"] for w in wheels])
-            if why:
-                self.refusal = why
-                return {"decision": "refuse", "message": f"pipguard: refused: {why}"}
+            if self._probe([w["path"] for w in wheels]):
+                return {"decision": "refuse", "message": f"pipguard: refused: {self.refusal}"}
         if self.options.sandbox_only:
             return {"decision": "stop"}
         return {"decision": "install"}
@@ -418,8 +603,10 @@ class Installer:
             out.setdefault(canonicalize_name(finding.package), []).append(finding)
         return out
 
-    def _probe(self, wheels: Sequence[str]) -> Optional[str]:
-        """Import each new top-level module in the sandbox, from a staged copy."""
+    def _probe(self, wheels: Sequence[str]) -> bool:
+        """Import each new top-level module in the sandbox, from a staged
+        copy; True when an import refused the install. A module's attempts
+        are its distribution's (approvals of that wheel's artifact apply)."""
         from pipguard.sandbox import run
 
         stage = tempfile.mkdtemp(prefix="pipguard-probe-")
@@ -432,13 +619,15 @@ class Installer:
                                    "-q", *wheels], env=env, stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, text=True)
             if proc.returncode != 0:
-                return "staging wheels for the import probe failed: " + proc.stdout.strip()[-300:]
+                self.error = "staging wheels for the import probe failed: " + proc.stdout.strip()[-300:]
+                return True
             work = os.path.join(stage, "work")
             os.mkdir(work)
+            owners = _module_owners(target)
             for module in _top_level_modules(target):
-                self.progress(f"probing import {module}")
                 from pipguard.policy import Policy
 
+                owner = owners.get(module, module)
                 policy = Policy(isolation=self.options.isolation, allow_read=(target,),
                                 keep_env=self.options.keep_env, observe_reads=self.options.observe_reads,
                                 timeout=self.options.build_timeout)
@@ -447,12 +636,48 @@ class Installer:
                 # Python's import system tries to cache bytecode there, a refused write
                 probe_env = dict(env, PYTHONDONTWRITEBYTECODE="1")
                 report = run([self.python, "-c", code], policy, cwd=work, env=probe_env)
-                self.phases.append(Phase("probe", module, report))
-                if report.verdict == "blocked":
-                    return f"importing {module} attempted something blocked"
-            return None
+                phase = self._phase("probe", owner, report, self.origins.get(owner))
+                counting = _counting(phase)
+                gated = self.gated.get(owner)
+                version = gated.version if gated else ""
+                if counting:
+                    self._refuse(Refusal(owner, version, "attempt", "probe",
+                                         tuple(f"import {module}: {_seen(e)}" for e in counting),
+                                         self.origins.get(owner), _hosts(counting)))
+                    if gated:
+                        self.gated[owner] = dataclasses.replace(gated, verdict="blocked",
+                                                                events=gated.events + counting)
+                    return True
+                self.progress(f"{owner}: import {module} ok (probe)")
+                if phase.accepted and gated:
+                    self.gated[owner] = dataclasses.replace(
+                        gated, verdict="approved" if gated.verdict == "clean" else gated.verdict,
+                        accepted_events=tuple(self.accepted[owner]))
+            return False
         finally:
             shutil.rmtree(stage, ignore_errors=True)
+
+
+def _module_owners(target: str) -> Dict[str, str]:
+    """Top-level module -> the (canonical) distribution that ships it, from
+    each ``.dist-info/RECORD`` in the staging directory."""
+    from packaging.utils import canonicalize_name
+
+    owners: Dict[str, str] = {}
+    for entry in os.listdir(target):
+        if not entry.endswith(".dist-info"):
+            continue
+        dist = canonicalize_name(entry[:-len(".dist-info")].rsplit("-", 1)[0])
+        try:
+            with open(os.path.join(target, entry, "RECORD"), encoding="utf-8") as handle:
+                for line in handle:
+                    top = line.split(",", 1)[0].split("/", 1)[0]
+                    if top.endswith(".py"):
+                        top = top[:-3]
+                    owners.setdefault(top, dist)
+        except OSError:
+            continue
+    return owners
 
 
 def _top_level_modules(target: str) -> List[str]:
@@ -474,11 +699,22 @@ def _redacted(args: Sequence[str]) -> List[str]:
     return redact_credentials(args)
 
 
-def _why(result: PackageResult) -> str:
-    if result.events:
-        return f"{len(result.events)} blocked attempt(s) in its build"
-    refusing = [f for f in result.findings if f.severity in REFUSING_SEVERITIES]
-    return "gate: " + ", ".join(sorted({f.rule for f in refusing}))
+
+def _seen(event: Event) -> str:
+    """One blocked attempt, as the messages show it."""
+    from pipguard.approvals import normalize_target
+
+    return f"{event.kind} {normalize_target(event.target)} ({event.rule})"
+
+
+def _hosts(events: Sequence[Event]) -> Tuple[str, ...]:
+    """Destinations of denied network attempts (names when pipguard knows them)."""
+    out = []
+    for e in events:
+        if e.kind == "network":
+            host, port = e.detail.get("host"), e.detail.get("port")
+            out.append(f"{host}:{port}" if isinstance(host, str) and port else e.target)
+    return tuple(dict.fromkeys(out))
 
 
 def _problem_findings(result: "HookResult") -> Tuple["gate.Finding", ...]:

@@ -101,9 +101,11 @@ class IndexProxy:
                 host, port = host.strip("[]"), int(port_text or 443)
                 if not self._allowed(host, port):
                     self._note("blocked", host, port, "CONNECT", peer)
-                    client.sendall(b"HTTP/1.1 403 Forbidden (pipguard: not a package index)\r\n\r\n")
+                    client.sendall(_refusal(host, port))
                     return
-                upstream = socket.create_connection((host, port), timeout=self._timeout)
+                upstream = _connect(client, host, port, self._timeout)
+                if upstream is None:
+                    return
                 self._note("allowed", host, port, "CONNECT", peer)
                 client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
                 leftover = head.split(b"\r\n\r\n", 1)[1]
@@ -115,10 +117,11 @@ class IndexProxy:
             host, port = parts.hostname or "", parts.port or 80
             if parts.scheme != "http" or not self._allowed(host, port):
                 self._note("blocked", host, port, method.upper(), peer)
-                client.sendall(b"HTTP/1.1 403 Forbidden (pipguard: not a package index)\r\n"
-                               b"Content-Length: 0\r\nConnection: close\r\n\r\n")
+                client.sendall(_refusal(host, port))
                 return
-            upstream = socket.create_connection((host, port), timeout=self._timeout)
+            upstream = _connect(client, host, port, self._timeout)
+            if upstream is None:
+                return
             self._note("allowed", host, port, method.upper(), peer)
             path = parts.path or "/"
             if parts.query:
@@ -156,3 +159,25 @@ class IndexProxy:
     @property
     def allowed_hosts(self) -> FrozenSet[str]:
         return frozenset(d.host for d in self.allowed)
+
+
+def _refusal(host: str, port: int) -> bytes:
+    """The answer to a destination that is not allowed: says whose refusal it
+    is (pipguard's, not a proxy the user configured) and what allows it."""
+    reason = f"pipguard: {host}:{port} is not an allowed build host (see --allow-build-host)"
+    return (f"HTTP/1.1 403 Forbidden ({reason})\r\nContent-Type: text/plain\r\n"
+            f"Content-Length: {len(reason) + 1}\r\nConnection: close\r\n\r\n{reason}\n").encode(
+                "ascii", "replace")
+
+
+def _connect(client: socket.socket, host: str, port: int, timeout: float) -> Optional[socket.socket]:
+    """A connection to an allowed host, or None after telling the client
+    that the host itself could not be reached (not that "the proxy" failed)."""
+    try:
+        return socket.create_connection((host, port), timeout=timeout)
+    except OSError as exc:
+        reason = f"pipguard: cannot reach the build host {host}:{port}: {exc.strerror or exc}"
+        client.sendall((f"HTTP/1.1 502 Bad Gateway ({reason})\r\nContent-Type: text/plain\r\n"
+                        f"Content-Length: {len(reason) + 1}\r\nConnection: close\r\n\r\n{reason}\n")
+                       .encode("ascii", "replace"))
+        return None

@@ -33,6 +33,12 @@ The seam (every pip process it runs in):
     nothing is installed) or refuse. Both callers are wrapped: the install
     command's and the package's (which pip's in-process build-env installer
     uses: build requirements installed without a pip subprocess).
+  * pip's ``_get_prepared_distribution`` (after pip downloaded and unpacked a
+    requirement, before any of its hooks runs) tells pipguard which
+    requirement a source tree is and the sha256 of the artifact pip got for it
+    (the sdist): a hook call's working directory then names its package and
+    artifact, which approvals are pinned to. Without that function pipguard
+    learns nothing (approvals of runtime attempts then never match: fail closed).
 
 The channel is a unix socket in a directory private to pipguard's uid, named
 by ``PIPGUARD_SEAM`` (``PATH TOKEN``); sandboxed processes cannot create unix
@@ -247,7 +253,10 @@ def install_seam(role):
 
     subprocess.Popen._execute_child = _execute_child
     sys.addaudithook(_audit)
-    sys.meta_path.insert(0, _GateFinder(role))
+    sys.meta_path.insert(0, _PatchFinder({
+        "pip._internal.commands.install": lambda module: _patch_install(module, role),
+        "pip._internal.operations.prepare": _patch_prepare,
+    }))
 
 
 def _audit(event, args):
@@ -261,57 +270,79 @@ def _audit(event, args):
             raise PermissionError(f"pipguard: refusing {event} of a Python interpreter outside the seam")
 
 
-class _GateFinder:
-    """Wraps ``install_given_reqs`` when pip's install command module loads."""
+class _PatchFinder:
+    """Patches pip's modules as they load: ``patches`` maps a module name to a
+    function that gets the executed module."""
 
-    TARGET = "pip._internal.commands.install"
-
-    def __init__(self, role):
-        self.role = role
+    def __init__(self, patches):
+        self.patches = patches
 
     def find_spec(self, name, path=None, target=None):
-        if name != self.TARGET:
+        patch = self.patches.get(name)
+        if patch is None:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
                 continue
             spec = finder.find_spec(name, path, target)
             if spec is not None and spec.loader is not None:
-                spec.loader = _GateLoader(spec.loader, self.role)
+                spec.loader = _PatchingLoader(spec.loader, patch)
                 return spec
         return None
 
 
-class _GateLoader:
-    def __init__(self, loader, role):
+class _PatchingLoader:
+    def __init__(self, loader, patch):
         self.loader = loader
-        self.role = role
+        self.patch = patch
 
     def create_module(self, spec):
         return self.loader.create_module(spec)
 
     def exec_module(self, module):
         self.loader.exec_module(module)
-        original = getattr(module, "install_given_reqs", None)
-        command = getattr(module, "InstallCommand", None)
-        if original is None or command is None:
-            _refuse_command(command, "this pip's install command has no install_given_reqs")
-            return
-        module.install_given_reqs = _gated(original, self.role)
-        package = sys.modules.get("pip._internal.req")
-        if package is not None and getattr(package, "install_given_reqs", None) is original:
-            # pip's other caller: the in-process build-env installer (pip >= 25.2,
-            # --use-feature inprocess-build-deps) imports it from the package at call
-            # time and installs build requirements from this very process
-            package.install_given_reqs = _gated(original, "build-env")
-        run = command.run
+        self.patch(module)
 
-        def run_recording_target(self, options, args):
-            # where a --target install ends up (pip installs into a temporary home first)
-            _STATE["target_dir"] = getattr(options, "target_dir", None)
-            return run(self, options, args)
 
-        command.run = run_recording_target
+def _patch_install(module, role):
+    """Wrap ``install_given_reqs`` (the gate) and record ``--target``."""
+    original = getattr(module, "install_given_reqs", None)
+    command = getattr(module, "InstallCommand", None)
+    if original is None or command is None:
+        _refuse_command(command, "this pip's install command has no install_given_reqs")
+        return
+    module.install_given_reqs = _gated(original, role)
+    package = sys.modules.get("pip._internal.req")
+    if package is not None and getattr(package, "install_given_reqs", None) is original:
+        # pip's other caller: the in-process build-env installer (pip >= 25.2,
+        # --use-feature inprocess-build-deps) imports it from the package at call
+        # time and installs build requirements from this very process
+        package.install_given_reqs = _gated(original, "build-env")
+    run = command.run
+
+    def run_recording_target(self, options, args):
+        # where a --target install ends up (pip installs into a temporary home first)
+        _STATE["target_dir"] = getattr(options, "target_dir", None)
+        return run(self, options, args)
+
+    command.run = run_recording_target
+
+
+def _patch_prepare(module):
+    """Tell pipguard what each source tree is before pip runs its hooks."""
+    original = getattr(module, "_get_prepared_distribution", None)
+    if original is None:
+        return  # no facts: approvals of runtime attempts never match (fail closed)
+
+    def _get_prepared_distribution(req, *args, **kwargs):
+        source_dir = getattr(req, "source_dir", None)
+        if isinstance(source_dir, str) and not getattr(req, "is_wheel", False):
+            ask({"type": "source", "dir": os.path.realpath(source_dir),
+                 "name": getattr(req, "name", None), "origin": _origin(req)})
+        return original(req, *args, **kwargs)
+
+    _get_prepared_distribution.__wrapped__ = original
+    module._get_prepared_distribution = _get_prepared_distribution
 
 
 _STATE = {"target_dir": None}
@@ -338,7 +369,40 @@ def _describe(requirement):
         "reinstall": bool(getattr(requirement, "should_reinstall", False)),
         # the project an editable wheel was built from (its finder may point only there)
         "source_dir": _source_dir(requirement) if getattr(requirement, "editable", False) else None,
+        "origin": _origin(requirement),
     }
+
+
+def _origin(requirement):
+    """The artifact pip got for ``requirement`` (the sdist a wheel was built
+    from, or the wheel it downloaded): its file name and sha256, from pip's
+    ``download_info`` (which pip fills from the index's hash or by hashing the
+    file; for a wheel from pip's cache, the artifact it was built from), else
+    by hashing the downloaded file. None for a local directory or a VCS
+    checkout: those have no artifact hash."""
+    info = getattr(getattr(requirement, "download_info", None), "info", None)
+    hashes = getattr(info, "hashes", None)
+    link = getattr(requirement, "original_link", None) or getattr(requirement, "link", None)
+    filename = getattr(link, "filename", None)
+    if type(info).__name__ in ("DirInfo", "VcsInfo"):
+        return None
+    digest = hashes.get("sha256") if isinstance(hashes, dict) else None
+    if not isinstance(digest, str):
+        path = getattr(requirement, "local_file_path", None)
+        if not (isinstance(path, str) and os.path.isfile(path)):
+            return None
+        digest, filename = _sha256(path), os.path.basename(path)
+    return {"filename": filename if isinstance(filename, str) else None, "sha256": digest.lower()}
+
+
+def _sha256(path):
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _source_dir(requirement):

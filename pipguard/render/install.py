@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import shlex
+from typing import List, Optional
 
 from pipguard.render import load_tabulate
 from pipguard.render import sarif as sarif_mod
@@ -13,13 +16,22 @@ tabulate = load_tabulate()
 _RED, _GREEN, _RESET = "\033[31m", "\033[32m", "\033[0m"
 
 
-def table(result, *, color: bool = False) -> str:
+def table(result, *, color: bool = False, report_path: Optional[str] = None) -> str:
+    """The human summary. ``report_path``: where the JSON report was written
+    (the "approve" hint names it; None: the hint says to write one)."""
     status = result.status.upper()
     if color:
         status = (_GREEN if result.status in ("installed", "clean") else _RED) + status + _RESET
     lines = [f"pipguard: {status} — {result.message}"]
     if result.status in ("installed", "clean"):
         lines.append("observed clean in this run is evidence, not proof")
+    accepted = [(p, what, a) for p in result.packages
+                for what, a in [*((f"gate: {f.rule} in {f.member}", a) for f, a in p.accepted_findings),
+                                *((f"{e.kind} {e.target} ({e.rule})", a) for e, a in p.accepted_events)]]
+    if accepted:
+        lines += ["", f"Accepted by approvals in {result.policy_file} ({len(accepted)}; pinned to "
+                      "each artifact's sha256; blocked attempts stayed blocked):"]
+        lines += [f"  {p.name} {p.version}: {what}" for p, what, _a in accepted[:20]]
     if result.packages:
         rows = [(p.name, p.version, "built" if p.from_sdist else "wheel", p.verdict,
                  len(p.findings), len(p.events)) for p in result.packages]
@@ -33,8 +45,10 @@ def table(result, *, color: bool = False) -> str:
                   tabulate(finding_rows, headers=("package", "severity", "rule", "member", "message"),
                            disable_numparse=True)]
     for phase in result.phases:
+        taken = {seq for seq, _approval in phase.accepted}  # listed above, under the approvals
         text = "\n\n".join(t for t in (
-            blocked_table(phase.report.events, phase.report.processes, color=color),
+            blocked_table([e for e in phase.report.events if e.seq not in taken], phase.report.processes,
+                          color=color),
             info_table(phase.report.events, phase.report.processes, color=color)) if t)
         if text:
             where = f"{phase.name} of {phase.package}" if phase.package else phase.name
@@ -44,7 +58,49 @@ def table(result, *, color: bool = False) -> str:
         unavailable.update(phase.report.isolation.unavailable)
     if unavailable:
         lines += ["", "degraded layers: " + ", ".join(f"{k} ({v})" for k, v in unavailable.items())]
+    if result.refusals:
+        lines += ["", *next_steps(result, report_path)]
     return "\n".join(lines) + "\n"
+
+
+def next_steps(result, report_path: Optional[str]) -> List[str]:
+    """What was seen, and what the user can do about each refusal."""
+    lines = ["Refused because:"]
+    for refusal in result.refusals:
+        lines.append(f"  - {refusal.text()}")
+        if refusal.origin is not None:
+            lines.append(f"    artifact: {refusal.origin.filename or '?'} sha256 {refusal.origin.sha256}")
+    lines.append("What you can do:")
+    approvable = [r for r in result.refusals if r.kind in ("attempt", "gate") and r.origin is not None]
+    local = [r for r in result.refusals if r.kind in ("attempt", "gate") and r.origin is None]
+    hosts = [(r, h) for r in result.refusals if r.kind == "attempt" and r.phase != "probe" for h in r.hosts]
+    if any(r.kind == "build" for r in result.refusals):
+        lines.append("  - run it with 'pipguard install --sandbox' (builds run in a sandbox)")
+    if approvable:
+        names = ", ".join(dict.fromkeys(r.who for r in approvable))
+        if report_path:
+            how = f"pipguard approve --from-report {shlex.quote(report_path)} --write"
+        else:
+            how = ("run again with --report r.json, then: pipguard approve --from-report r.json "
+                   "--write")
+        lines.append(f"  - if you reviewed {names} and accept what it did, approve exactly this "
+                     f"artifact (a changed one needs a new approval): {how}; then review and commit "
+                     f"{os.path.relpath(result.policy_file) if result.policy_file else 'pipguard.toml'}")
+    for refusal, host in hosts:
+        lines.append(f"  - if the build of {refusal.package} needs {host}: --allow-build-host {host} "
+                     f"(or in the policy: [build-hosts] {refusal.package} = [\"{host}\"]); it is then "
+                     "reached through pipguard's proxy (HTTPS_PROXY), every request recorded")
+    for refusal in local:
+        lines.append(f"  - {refusal.who} is a local directory or checkout: it has no artifact hash to "
+                     "approve; fix it, or grant what its build needs (--allow-read/--allow-write, or "
+                     "allow-read/allow-write in the policy)")
+    if any(r.kind == "output" for r in result.refusals):
+        lines.append("  - a hook result pip must not use is never approvable: report it to the "
+                     "package's authors")
+    names = ", ".join(dict.fromkeys(r.package for r in result.refusals if r.kind != "build"))
+    if names:
+        lines.append(f"  - or drop {names}: pin another version, or remove what requires it")
+    return lines
 
 
 def sarif(result) -> str:
