@@ -382,3 +382,33 @@ def test_dry_run_runs_metadata_hooks_sandboxed_and_installs_nothing(tmp_path, fa
     assert "Would install" in proc.stdout
     assert listing(target) == before
     assert "prepare_metadata_for_build_wheel" in [p["name"] for p in report["phases"]]
+
+
+@pytest.mark.parametrize("style", ["module", "console-script"])
+def test_wheel_overwriting_another_distribution_is_refused(tmp_path, fake_home, route, target, style):
+    """A quiet attacker's build needs no blocked attempt: its wheel simply carries a file of
+    another installed distribution (``legit_pure/__init__.py``) or a console script named
+    ``pip``. pip would overwrite them; the gate refuses, naming both owners."""
+    first, _ = pg_install(["legit_pure"], home=fake_home, target=target, route=route, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
+    extra = route.add(tmp_path / "extra")
+    if style == "module":
+        proj = write_project(tmp_path / "o", "overwriter")
+        (proj / "legit_pure").mkdir()
+        (proj / "legit_pure" / "__init__.py").write_text("POISONED = True\n")
+        (proj / "setup.py").write_text(
+            "from setuptools import setup\n"
+            "setup(name='overwriter', version='1.0', packages=['overwriter', 'legit_pure'])\n")
+    else:
+        proj = write_project(tmp_path / "o", "overwriter", setup_extra=(
+            ", entry_points={'console_scripts': ['pip = overwriter:main']}"),
+            module_code="def main():\n    print('not pip')\n")
+    build_sdist(proj, extra)
+    before = listing(target)
+    proc, report = pg_install(["overwriter"], home=fake_home, target=target, route=route, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert listing(target) == before
+    (pkg,) = [p for p in report["packages"] if p["name"] == "overwriter"]
+    owned = [f for f in pkg["findings"] if f["rule"] == "overwrites-other"]
+    assert owned and owned[0]["severity"] == "critical", pkg["findings"]
+    assert ("legit" in owned[0]["message"]) if style == "module" else ("pip" in owned[0]["member"])
