@@ -412,3 +412,32 @@ def test_wheel_overwriting_another_distribution_is_refused(tmp_path, fake_home, 
     owned = [f for f in pkg["findings"] if f["rule"] == "overwrites-other"]
     assert owned and owned[0]["severity"] == "critical", pkg["findings"]
     assert ("legit" in owned[0]["message"]) if style == "module" else ("pip" in owned[0]["member"])
+
+
+def _tree(venv: Path) -> set:
+    site = next(venv.glob("lib/python*/site-packages"))
+    return {str(p.relative_to(venv)) for p in site.rglob("*")
+            if "__pycache__" not in p.parts and not p.name.endswith(".pyc")} | {
+        str(p.relative_to(venv)) for p in (venv / "bin").iterdir()}
+
+
+def test_same_result_as_plain_pip(tmp_path, fake_home, route, wheelhouse):
+    """The same arguments through plain pip and through pipguard leave the same distributions
+    and the same files (pip is doing the packaging either way)."""
+    from support.pipinstall import make_venv
+
+    proj = write_project(tmp_path / "p", "sameproj", setup_extra=", extras_require={'x': ['legit_pure']}",
+                         )
+    (proj / "setup.py").write_text((proj / "setup.py").read_text().replace(
+        "packages=['sameproj']", "packages=['sameproj'], entry_points={'console_scripts': "
+        "['sameproj-cli = sameproj:VALUE']}"))
+    plain = make_venv(tmp_path / "plain", "bundled", wheelhouse)
+    guarded = make_venv(tmp_path / "guarded", "bundled", wheelhouse)
+    args = [f"{proj}[x]", "six" if any(wheelhouse.glob("six-*")) else "wheel"]
+    env = fake_home.env(route.env())
+    subprocess.run([str(plain / "bin" / "python"), "-m", "pip", "install", "-q", *route.args(), *args],
+                   check=True, env=env, cwd=tmp_path)
+    proc, _ = pg_install(args, home=fake_home, target=guarded, route=route, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert pip_list(guarded) == pip_list(plain)
+    assert _tree(guarded) ^ _tree(plain) == set()
