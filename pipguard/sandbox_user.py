@@ -77,9 +77,14 @@ class SandboxUser:
     gid: int
 
 
+#: set by the VM backend's guest: its root is the disposable guest's, and the shares it
+#: writes are 9p mounts whose permissions the host keeps (mapped-xattr), not ACLs
+IN_VM_GUEST = False
+
+
 def needed() -> bool:
-    """True when the sandbox must switch user: pipguard is root on Linux."""
-    return sys.platform.startswith("linux") and os.geteuid() == 0
+    """True when the sandbox must switch user: pipguard is root on Linux (not in a VM guest)."""
+    return sys.platform.startswith("linux") and os.geteuid() == 0 and not IN_VM_GUEST
 
 
 def _state_dir() -> str:
@@ -93,6 +98,8 @@ def _state_dir() -> str:
             pass
         except OSError:
             continue
+        if not os.access(d, os.W_OK | os.X_OK):
+            continue  # a read-only mount there (the VM guest shares its config at /run/pipguard)
         st = os.lstat(d)
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o077:
             raise SandboxUserError(f"{d} is not a root-owned 0700 directory; pipguard will not keep leases there",

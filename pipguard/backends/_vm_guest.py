@@ -34,9 +34,13 @@ def main(argv) -> int:
     config_path, port = argv[1], argv[2]
     with open(config_path, encoding="utf-8") as fh:
         config = json.load(fh)
+    from pipguard import sandbox_user
     from pipguard.errors import PipguardError
     from pipguard.policy import Policy
     from pipguard.sandbox import run
+
+    # the guest's root holds nothing of the host's: the VM is the boundary here
+    sandbox_user.IN_VM_GUEST = True
 
     try:
         report = run(config["argv"], Policy.from_mapping(config["policy"]), cwd=config["cwd"],
