@@ -13,7 +13,7 @@ What it does (see docs/performance.md for results and how to read them):
    --no-binary PKG --no-deps PKG==V`` and sandboxed, variants alternating in a
    rotating order, ``--rounds`` times, on each route (``--routes``):
      local      offline: ``--no-index --find-links CACHE``
-     index      a loopback PEP 503 index (benchmarks/loopback_index.py) serving
+     index      a loopback PEP 503 index (tests/support/index.py) serving
                 the same cache, with basic-auth credentials in PIP_INDEX_URL, as
                 a private index has (the route users run); build requirements
                 come from it too
@@ -469,7 +469,10 @@ class Bench:
                  routes: Sequence[str] = ("local",)) -> List[Sample]:
         samples: List[Sample] = []
         if "index" in routes and self.index is None:
-            from loopback_index import LoopbackIndex  # beside this script
+            # the test suite's index (one implementation; it needs only packaging)
+            sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                            os.pardir, "tests", "support"))
+            from index import LoopbackIndex
 
             self.index = LoopbackIndex([self.dist]).start()
         # (route, variant) cells, alternated together: the routes see the same drift.
