@@ -11,16 +11,17 @@ pip`` and puts pipguard at that seam:
 ``target.py runner PIP_RUNNER ARGS``
     the same for a pip subprocess that pip starts itself (to install build
     requirements into a build environment).
-``target.py hook PYTHON _in_process.py HOOK CONTROL_DIR``
+``client.py PYTHON _in_process.py HOOK CONTROL_DIR`` (a file of its own)
     the client of one hook call: hands the call (argv, cwd, environment and
     its stdin/stdout/stderr) to the pipguard process, which runs it in a
-    sandbox of its own, and exits with the sandboxed call's status.
+    sandbox of its own, and exits with the sandboxed call's status. It starts
+    once per hook call, so it is kept minimal (built-in modules only).
 ``target.py refuse REASON``
     prints why pipguard refused to start a process, exits 1.
 
 The seam (every pip process it runs in):
   * ``subprocess.Popen`` (every process pip starts goes through its
-    ``_execute_child``): a hook call becomes ``target.py hook ...``, a pip
+    ``_execute_child``): a hook call becomes ``client.py ...``, a pip
     subprocess ``target.py runner ...``; any other start of a Python
     interpreter (legacy ``setup.py`` paths) becomes ``target.py refuse``.
     Programs that are not Python (git, hg, svn, keyring) start as pip starts
@@ -56,6 +57,7 @@ import sys
 
 SEAM_VARIABLE = "PIPGUARD_SEAM"
 HERE = os.path.abspath(__file__)
+CLIENT = os.path.join(os.path.dirname(HERE), "client.py")
 #: pips that still have legacy ``setup.py`` paths take this option, which
 #: routes every project through PEP 517 (pip >= 25.3 has no legacy path left)
 USE_PEP517 = "--use-pep517"
@@ -129,7 +131,8 @@ def classify(argv):
     argv = [os.fsdecode(a) if isinstance(a, bytes) else str(a) for a in argv]
     if not argv or not _is_python(argv[0]):
         return "pass", ""
-    if len(argv) >= 3 and os.path.realpath(argv[1]) == HERE:
+    script = next((a for a in argv[1:] if a not in ("-I", "-S")), "")
+    if len(argv) >= 3 and os.path.realpath(script) in (HERE, CLIENT):
         return "ours", ""  # already rewritten (a runner or a hook client)
     pip_dir = _pip_dir()
     if pip_dir and len(argv) == 4:
@@ -227,7 +230,7 @@ def rewrite(argv):
         return None
     python = sys.executable
     if kind == "hook":
-        return [python, "-I", "-S", HERE, "hook", *argv]
+        return [python, "-I", "-S", CLIENT, *argv]
     if kind == "runner":
         return [argv[0], HERE, "runner", *argv[1:]]
     return [python, "-I", "-S", HERE, "refuse",
@@ -492,24 +495,9 @@ def run_runner(runner, args):
     runpy.run_path(runner, run_name="__main__")
 
 
-# --------------------------------------------------------------------------- hook client
-def run_hook(argv):
-    """Hand one hook call to pipguard; exit with its status."""
-    try:
-        answer = ask({"type": "hook", "argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)},
-                     fds=(0, 1, 2))
-    except (OSError, SeamError, ValueError) as exc:
-        sys.stderr.write(f"pipguard: the hook call could not be handed to the sandbox: {exc}\n")
-        return 1
-    message = answer.get("message")
-    if message:
-        sys.stderr.write(message.rstrip("\n") + "\n")
-    return int(answer.get("exit", 1))
-
-
 def main(argv):
     if not argv:
-        sys.stderr.write("usage: target.py pip|runner|hook|refuse ...\n")
+        sys.stderr.write("usage: target.py pip|runner|refuse ...\n")
         return 2
     mode, rest = argv[0], argv[1:]
     if mode == "pip":
@@ -518,8 +506,6 @@ def main(argv):
     if mode == "runner":
         run_runner(rest[0], rest[1:])
         return 0
-    if mode == "hook":
-        return run_hook(rest)
     if mode == "refuse":
         reason = rest[0] if rest else "refused"
         try:
