@@ -8,11 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Sequence
 
+from pipguard import protections
 from pipguard.host import HostFacts
+from pipguard.protections import guards
 
 STATUSES = ("ok", "degraded", "missing")
 #: the parts ``--isolation auto`` uses; any of them not "ok" means auto degrades
-DEFAULT_ISOLATION_PARTS = ("landlock.fs", "landlock.net", "landlock.scope", "seccomp", "seccomp.notify")
+DEFAULT_ISOLATION_PARTS = protections.AUTO_PARTS
 
 
 @dataclass(frozen=True)
@@ -40,42 +42,42 @@ def checks(facts: HostFacts) -> List[Check]:
 
     abi = facts.landlock_abi
     if abi < 1:
-        out.append(Check("landlock.fs", "missing", facts.landlock_reason or "Landlock is absent", "file read/write confinement"))
+        out.append(Check("landlock.fs", "missing", facts.landlock_reason or "Landlock is absent", guards("landlock.fs")))
     else:
-        lacking = [r for r, v in (("REFER", 2), ("TRUNCATE", 3), ("IOCTL_DEV", 5)) if abi < v]
+        lacking = [r for r, v in protections.LANDLOCK_FS_LATER if abi < v]
         if lacking:
-            out.append(Check("landlock.fs", "degraded", f"ABI {abi}: cannot confine {', '.join(lacking)}", "file read/write confinement"))
+            out.append(Check("landlock.fs", "degraded", f"ABI {abi}: cannot confine {', '.join(lacking)}", guards("landlock.fs")))
         else:
-            out.append(Check("landlock.fs", "ok", f"ABI {abi}: {len(facts.landlock_fs_rights)} filesystem rights", "file read/write confinement"))
+            out.append(Check("landlock.fs", "ok", f"ABI {abi}: {len(facts.landlock_fs_rights)} filesystem rights", guards("landlock.fs")))
     if facts.landlock_net:
-        out.append(Check("landlock.net", "ok", f"ABI {abi}: TCP bind/connect by port", "--allow-host port confinement"))
+        out.append(Check("landlock.net", "ok", f"ABI {abi}: TCP bind/connect by port", guards("landlock.net")))
     else:
-        why = facts.landlock_reason if abi < 1 else f"Landlock ABI {abi} < 4 (needs Linux 6.7)"
-        out.append(Check("landlock.net", "missing", why, "--allow-host port confinement"))
+        why = facts.landlock_reason if abi < 1 else protections.landlock_short("landlock.net", abi)
+        out.append(Check("landlock.net", "missing", why, guards("landlock.net")))
     if facts.landlock_scope:
-        out.append(Check("landlock.scope", "ok", f"ABI {abi}: signals and abstract unix sockets scoped", "protecting the supervisor and other processes"))
+        out.append(Check("landlock.scope", "ok", f"ABI {abi}: signals and abstract unix sockets scoped", guards("landlock.scope")))
     else:
-        why = facts.landlock_reason if abi < 1 else f"Landlock ABI {abi} < 6 (needs Linux 6.12)"
-        out.append(Check("landlock.scope", "missing", why, "protecting the supervisor and other processes"))
+        why = facts.landlock_reason if abi < 1 else protections.landlock_short("landlock.scope", abi)
+        out.append(Check("landlock.scope", "missing", why, guards("landlock.scope")))
 
     if facts.seccomp:
-        out.append(Check("seccomp", "ok", "libseccomp filter loads", "blocking dangerous syscalls and sockets"))
+        out.append(Check("seccomp", "ok", "libseccomp filter loads", guards("seccomp")))
     else:
-        out.append(Check("seccomp", "missing", facts.seccomp_reason, "blocking dangerous syscalls and sockets"))
+        out.append(Check("seccomp", "missing", facts.seccomp_reason, guards("seccomp")))
     if facts.seccomp_notify:
-        out.append(Check("seccomp.notify", "ok", "user notification listener works", "syscall-level evidence for native code"))
+        out.append(Check("seccomp.notify", "ok", "user notification listener works", guards("seccomp.notify")))
     else:
-        out.append(Check("seccomp.notify", "missing", facts.seccomp_notify_reason, "syscall-level evidence for native code"))
+        out.append(Check("seccomp.notify", "missing", facts.seccomp_notify_reason, guards("seccomp.notify")))
 
     if facts.euid == 0:
         bnd = facts.capabilities.get("CapBnd", 0)
-        out.append(Check("capabilities", "ok", f"running as root (CapEff {facts.capabilities.get('CapEff', 0):#x}, CapBnd {bnd:#x}); the sandbox drops all of them and locks securebits", "no root powers in the sandbox"))
+        out.append(Check("capabilities", "ok", f"running as root (CapEff {facts.capabilities.get('CapEff', 0):#x}, CapBnd {bnd:#x}); the sandbox drops all of them and locks securebits", guards("capabilities")))
     elif facts.system == "Linux":
         eff = facts.capabilities.get("CapEff", 0)
         detail = "unprivileged; no capabilities to drop" if not eff else f"unprivileged with CapEff {eff:#x}; the sandbox drops them"
-        out.append(Check("capabilities", "ok", detail, "no root powers in the sandbox"))
+        out.append(Check("capabilities", "ok", detail, guards("capabilities")))
     else:
-        out.append(Check("capabilities", "missing", facts.platform_reason, "no root powers in the sandbox"))
+        out.append(Check("capabilities", "missing", facts.platform_reason, guards("capabilities")))
 
     if facts.system == "Linux":
         out.append(_sandbox_user_check(facts.euid))
@@ -127,7 +129,7 @@ def vm_checks(probe) -> List[Check]:
 
 
 def _sandbox_user_check(euid: int) -> Check:
-    why = "root-only files out of the sandbox's reach"
+    why = guards("user")
     if euid != 0:
         return Check("sandbox_user", "ok", f"unprivileged: the sandbox runs as your uid {euid}", why)
     from pipguard import sandbox_user

@@ -13,14 +13,15 @@ import shutil
 import sys
 import tempfile
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pipguard.errors import CommandNotFound, UsageError
 from pipguard.oslayer import OsLayerSpec
 from pipguard.policy import Policy
-from pipguard import rules
+from pipguard import limits, protections, rules
 
 if TYPE_CHECKING:
+    from pipguard.protections import ProtectionState
     from pipguard.backends.ns import NamespaceSpec
 
 HOOK_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_hook")
@@ -91,6 +92,26 @@ UNSAFE_CWD = ("/", "/tmp", "/var/tmp", "/home", "/root", "/usr", "/etc", "/var",
 
 
 @dataclass(frozen=True)
+class RunSettings:
+    """What bounds and describes one run, resolved from the policy when the
+    plan is made: nothing after the plan reads the Policy (the launcher, the
+    supervisor and the report take these)."""
+
+    isolation: str  # the level asked for: audit, os, ns, auto
+    network: str  # none, hosts (through the proxy) or all
+    timeout: Optional[float]
+    max_events: int
+    memory: int  # bytes; the host default already applied
+    processes: int
+    cpu: Optional[float]
+    write: Optional[int]
+    #: the user's extra read roots (granted recursively to a leased uid)
+    user_read: Tuple[str, ...] = ()
+    #: the policy as the report echoes it
+    policy_json: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Plan:
     """Everything the launcher needs; derived, never edited."""
 
@@ -108,6 +129,9 @@ class Plan:
     write_roots: Tuple[str, ...]
     os_spec: Optional[OsLayerSpec]
     os_required: bool
+    settings: RunSettings
+    #: each protection of the level, as this host will have it (pipguard.protections)
+    protections: Tuple["ProtectionState", ...]
     unavailable: Dict[str, str] = field(default_factory=dict)
     proxy_port: Optional[int] = None
     # PATH directories inside a home made readable (see toolchain_roots); also in read_roots
@@ -292,7 +316,7 @@ def resolve_command(argv: Sequence[str], path_var: Optional[str], cwd: str) -> s
 def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
               env: Optional[Mapping[str, str]] = None, supervisor_pid: Optional[int] = None,
               os_available: bool = True, os_reason: str = "",
-              proxy_port: Optional[int] = None) -> Plan:
+              proxy_port: Optional[int] = None, facts: Optional[Any] = None) -> Plan:
     """Resolve ``policy`` for running ``argv``. Creates the private run
     directory (temp dir, sandbox HOME, event FIFO); the caller removes it."""
     cwd = os.path.realpath(cwd or os.getcwd())
@@ -382,6 +406,9 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
     unavailable: Dict[str, str] = {}
     os_spec = None
     namespace = None
+    states = protections.planned(policy.isolation, facts if facts is not None else _host_facts(policy),
+                                 network=network, as_root=os.geteuid() == 0,
+                                 os_reason="" if os_available else os_reason)
     if policy.isolation != "audit":
         if not os_available:
             if policy.isolation in ("os", "ns"):
@@ -415,11 +442,27 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
         argv=tuple(argv), executable=executable, cwd=cwd, run_dir=run_dir, fifo=fifo,
         tmp_dir=tmp_dir, home_dir=home_dir, env=kept, env_removed=removed, homes=homes,
         read_roots=tuple(read_roots), write_roots=tuple(write_roots), os_spec=os_spec,
-        os_required=policy.isolation in ("os", "ns"), unavailable=unavailable, proxy_port=proxy_port,
+        os_required=policy.isolation in ("os", "ns"), protections=states, unavailable=unavailable,
+        proxy_port=proxy_port,
         toolchain_roots=toolchains, toolchain_prefixes=prefixes,
         private_roots=tuple(policy.private_roots),
         namespace=namespace, namespace_tmpfs=namespace_tmpfs,
+        settings=RunSettings(
+            isolation=policy.isolation, network=network, timeout=policy.timeout,
+            max_events=policy.max_events, memory=policy.limit_memory or limits.default_memory(),
+            processes=policy.limit_processes, cpu=policy.limit_cpu, write=policy.limit_write,
+            user_read=tuple(policy.allow_read), policy_json=policy.to_json()),
     )
+
+
+def _host_facts(policy: Policy):
+    """The host's facts (probed once per process) when the level uses the OS
+    layer; the audit level needs none."""
+    if policy.isolation == "audit":
+        return None
+    from pipguard import host
+
+    return host.probe()
 
 
 def cleanup(plan: Plan) -> None:

@@ -98,6 +98,10 @@ class LayerStatus:
     requested: str
     applied: Tuple[str, ...] = ()
     unavailable: Dict[str, str] = field(default_factory=dict)
+    #: per protection of the run's level (pipguard.protections): {"state":
+    #: active|degraded|unavailable, "reason"}: the plan's states, corrected by
+    #: what the kernel applied
+    protections: Dict[str, Dict[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -215,7 +219,8 @@ def from_json(data: Dict[str, Any]) -> Report:
         command=tuple(data.get("command") or ()), exit_code=data.get("exit_code"),
         timed_out=bool(data.get("timed_out")),
         isolation=LayerStatus(isolation.get("requested", ""), tuple(isolation.get("applied") or ()),
-                              dict(isolation.get("unavailable") or {})),
+                              dict(isolation.get("unavailable") or {}),
+                              {str(k): dict(v) for k, v in (isolation.get("protections") or {}).items()}),
         events=tuple(Event(**_known(Event, e)) for e in data.get("events") or ()),
         processes=tuple(ProcessRecord(**dict(_known(ProcessRecord, p), argv=tuple(p.get("argv") or ())))
                         for p in data.get("processes") or ()),

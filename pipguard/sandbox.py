@@ -16,7 +16,7 @@ import time
 from typing import Callable, Mapping, Optional, Sequence
 
 import pipguard
-from pipguard import exitcodes, files, limits, sandbox_user
+from pipguard import exitcodes, files, limits, protections, sandbox_user
 from pipguard.errors import PipguardError
 from pipguard.plan import Plan, cleanup, make_plan, precompile_hook
 
@@ -102,15 +102,15 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
         if sandbox_user.needed() and plan.namespace is None:
             # as root, the sandbox runs as a leased unprivileged uid (docs/sandbox.md, "Running as
             # root"); the namespace backend maps its own uid and needs no grants (idmapped mounts)
-            lease = sandbox_user.prepare(plan, policy.allow_read)
+            lease = sandbox_user.prepare(plan, plan.settings.user_read)
             plan.env[HOOK_CONFIG] = sandbox_user.hook_config(plan.env[HOOK_CONFIG], lease.user)
         roots = [r for r in plan.write_roots if (record_build_dir or r != plan.cwd)
                  and r not in plan.namespace_tmpfs]
         before = files.snapshot(roots)
         from pipguard import launcher
 
-        memory = policy.limit_memory or limits.default_memory()
-        prepared = limits.prepare(memory, policy.limit_processes, policy.limit_cpu, policy.limit_write)
+        bounds = plan.settings
+        prepared = limits.prepare(bounds.memory, bounds.processes, bounds.cpu, bounds.write)
         notify(f"starting {' '.join(argv)[:80]}")
         run_as = (lease.user.uid, lease.user.gid) if lease else None
         started = launcher.start(plan, meanwhile=lambda: _while_confining(meanwhile),
@@ -121,8 +121,7 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
 
         if proxy is not None:
             proxy.__enter__()
-        supervisor = Supervisor(plan, policy, started, cgroup=prepared.cgroup)
-        supervisor.memory_limit = memory
+        supervisor = Supervisor(plan, started, cgroup=prepared.cgroup)
         decoys = _watch_decoys(started)
         evidence = supervisor.run()
         if proxy is not None:
@@ -132,7 +131,7 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
         if lease is not None:
             lease.release()  # before the snapshot: files the sandbox left are given back first
         written = files.changed(before, files.snapshot(roots))
-        return _report(plan, policy, started, evidence, written, started_at, prepared,
+        return _report(plan, started, evidence, written, started_at, prepared,
                        lease.user if lease else None)
     finally:
         if started is not None:
@@ -186,13 +185,13 @@ def _proxy_evidence(proxy, supervisor) -> None:
                                 action, pid, "proxy")
 
 
-def _report(plan: Plan, policy: Policy, started, evidence, written, started_at: float,
+def _report(plan: Plan, started, evidence, written, started_at: float,
             prepared, user: Optional[sandbox_user.SandboxUser] = None) -> Report:
     applied = ["audit", *started.applied]
     if started.listener is not None:
         applied.append("supervisor")
     unavailable = {**plan.unavailable, **started.unavailable, **prepared.unavailable}
-    if policy.isolation != "audit" and started.listener is None and "supervisor" not in unavailable \
+    if plan.settings.isolation != "audit" and started.listener is None and "supervisor" not in unavailable \
             and plan.os_spec is not None:
         unavailable["supervisor"] = "seccomp user notification is unavailable"
     processes = []
@@ -216,10 +215,12 @@ def _report(plan: Plan, policy: Policy, started, evidence, written, started_at: 
                    for i, e in enumerate(ordered))
     return Report(
         command=tuple(plan.argv), exit_code=evidence.exit_code, timed_out=evidence.timed_out,
-        isolation=LayerStatus(policy.isolation, tuple(applied), unavailable),
+        isolation=LayerStatus(plan.settings.isolation, tuple(applied), unavailable, {
+            s.name: {"state": s.state, "reason": s.reason}
+            for s in protections.reconcile(plan.protections, applied, unavailable)}),
         events=events, processes=tuple(processes), network=tuple(evidence.network),
         files_written=tuple(written), env_removed=plan.env_removed,
-        events_dropped=evidence.dropped, policy=policy.to_json(), host=_host_summary(user),
+        events_dropped=evidence.dropped, policy=plan.settings.policy_json, host=_host_summary(user),
         cwd=plan.cwd, started_at=started_at, duration=round(time.time() - started_at, 4),
         error=error, tool_version=pipguard.__version__, supervision=dict(evidence.supervision),
         limits={name: limit.to_json() for name, limit in prepared.applied.items()},

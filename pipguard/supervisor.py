@@ -24,7 +24,6 @@ from pipguard import notify, rules
 from pipguard._keeper import process_tree
 from pipguard.launcher import Started
 from pipguard.plan import HOOK_DIR, Plan
-from pipguard.policy import Policy
 from pipguard.report import ALLOWED, BLOCKED, Event, NetworkAttempt, ProcessRecord
 
 _AT_FDCWD = -100
@@ -133,12 +132,13 @@ class Evidence:
 
 
 class Supervisor:
-    def __init__(self, plan: Plan, policy: Policy, started: Started, cgroup=None) -> None:
+    def __init__(self, plan: Plan, started: Started, cgroup=None) -> None:
         # Names of the notified syscalls come from the child that built the
         # filter; libseccomp is only loaded here as a fallback.
         self._names = dict(started.syscalls) or _syscall_names()
         self.plan = plan
-        self.policy = policy
+        #: the run's bounds (timeout, event cap, limits): the plan's, never the Policy's
+        self.settings = plan.settings
         self.started = started
         self.root_pid = started.process.pid
         self.evidence = Evidence()
@@ -149,7 +149,7 @@ class Supervisor:
         self.memory = notify.Memory()
         #: the run's cgroup (pipguard.limits.RunCgroup) or None
         self.cgroup = cgroup
-        self.memory_limit = policy.limit_memory
+        self.memory_limit = plan.settings.memory  # kept: tests and renderers read it
         self._root_ended = 0.0
         self._native_arch: Optional[int] = _NATIVE_ARCH
         self.deny_errno = _deny_errno()
@@ -175,7 +175,7 @@ class Supervisor:
         self._read_fast = tuple(tables["read_fast"])
         self._write_fast = tuple(tables["write_fast"])
         self._never_fast = tuple(tables["never_fast"])
-        self._network = "all" if policy.allow_network else ("hosts" if policy.allow_hosts else "none")
+        self._network = plan.settings.network
         self.proxy_clients: Dict[int, int] = {}  # our local port -> sandbox pid
         self._dns: Dict[str, str] = {}  # address -> host name, from lookups seen in the run
         self._fifo_fd: Optional[int] = None
@@ -209,13 +209,13 @@ class Supervisor:
                 self.evidence.events[index] = Event(old.seq, old.time, old.kind, old.action,
                                                     old.layer, old.pid, old.target, old.rule, merged)
             return
-        if len(self.evidence.events) >= self.policy.max_events and not always:
+        if len(self.evidence.events) >= self.settings.max_events and not always:
             # A refusal is never pushed out by what came before it: the sandbox can write
             # the audit FIFO, so a flood of forged harmless events would otherwise drop a
             # real finding and turn the verdict clean. Findings get a second allowance of
             # max_events (memory stays bounded); past it, enough findings are kept already.
             finding = rules.severity(action, rule) == rules.FINDING
-            if not finding or self._findings_past_cap >= self.policy.max_events:
+            if not finding or self._findings_past_cap >= self.settings.max_events:
                 self.evidence.dropped += 1
                 return
             self._findings_past_cap += 1
@@ -228,7 +228,7 @@ class Supervisor:
 
     def add_network(self, family: str, protocol: str, address: str, port: Optional[int],
                      host: Optional[str], action: str, pid: int, layer: str) -> None:
-        if len(self.evidence.network) >= self.policy.max_events:
+        if len(self.evidence.network) >= self.settings.max_events:
             self.evidence.dropped += 1
             return
         attempt = NetworkAttempt(family, protocol, address, port, host or self._dns.get(address),
@@ -429,7 +429,7 @@ class Supervisor:
             self.evidence.process_order.append(note.pid)
         else:
             ppid = self.evidence.processes[note.pid].ppid or ppid
-        if len(self.evidence.processes) > self.policy.max_events:
+        if len(self.evidence.processes) > self.settings.max_events:
             self.evidence.dropped += 1
             return
         self.evidence.processes[note.pid] = ProcessRecord(note.pid, ppid, argv)
@@ -461,11 +461,11 @@ class Supervisor:
             self._forks_since_scan = 0
             self._last_scan = now
         self._forks_since_scan += 1
-        if self._live_at_scan + self._forks_since_scan > self.policy.limit_processes:
+        if self._live_at_scan + self._forks_since_scan > self.settings.processes:
             first = self.evidence.limit_hit is None
             self.evidence.limit_hit = self.evidence.limit_hit or "processes"
             self.add_event("process", BLOCKED, "supervisor", note.pid, "fork", "limit-processes",
-                           {"limit": self.policy.limit_processes}, always=first)
+                           {"limit": self.settings.processes}, always=first)
             return errno.EAGAIN
         return 0
 
@@ -781,7 +781,7 @@ class Supervisor:
         """Record a process we never saw exec (a fork of a shell, a daemon
         killed before its exec) from /proc, so the report names what was
         killed instead of a bare pid."""
-        if pid in self.evidence.processes or len(self.evidence.processes) > self.policy.max_events:
+        if pid in self.evidence.processes or len(self.evidence.processes) > self.settings.max_events:
             return
         ppid, _comm = notify.proc_stat(pid)
         try:
@@ -814,7 +814,7 @@ class Supervisor:
         if pidfd is not None:
             sel.register(pidfd, selectors.EVENT_READ, "exit")
         sel.register(keeper, selectors.EVENT_READ, "keeper")
-        deadline = None if self.policy.timeout is None else time.monotonic() + self.policy.timeout
+        deadline = None if self.settings.timeout is None else time.monotonic() + self.settings.timeout
         try:
             try:
                 self._watch(sel, listener, fifo, pidfd, deadline)
@@ -908,8 +908,8 @@ class Supervisor:
         """What hit a limit, from the cgroup's counters and how processes died."""
         from pipguard.limits import RLIMIT_SIGNALS
 
-        detail_of = {"memory": self.memory_limit, "processes": self.policy.limit_processes,
-                     "cpu": self.policy.limit_cpu, "write": self.policy.limit_write}
+        detail_of = {"memory": self.memory_limit, "processes": self.settings.processes,
+                     "cpu": self.settings.cpu, "write": self.settings.write}
         rules = {"memory": "limit-memory", "processes": "limit-processes", "cpu": "limit-cpu",
                  "write": "limit-disk"}
 

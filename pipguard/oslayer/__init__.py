@@ -120,10 +120,11 @@ def _missing_parts(spec: OsLayerSpec) -> Tuple[int, Dict[str, str], bool]:
             missing["landlock.net"] = why
         missing["landlock.scope"] = why
     else:
-        if spec.network != "all" and abi < 4:
-            missing["landlock.net"] = f"Landlock ABI {abi} < 4 (needs Linux 6.7)"
-        if abi < 6:
-            missing["landlock.scope"] = f"Landlock ABI {abi} < 6 (needs Linux 6.12)"
+        from pipguard.protections import LANDLOCK_ABI
+
+        for part in ("landlock.net", "landlock.scope"):
+            if abi < LANDLOCK_ABI[part] and (part != "landlock.net" or spec.network != "all"):
+                missing[part] = f"Landlock ABI {abi} < {LANDLOCK_ABI[part]} (needs Linux "                                 f"{'6.7' if part == 'landlock.net' else '6.12'})"
     ok, why = seccomp.available()
     notify_ok = False
     if not ok:
