@@ -169,8 +169,8 @@ def _decoy_evidence(watch, supervisor) -> None:
     (the real one was never there: "blocked"). inotify carries no pid: the
     first process stands for the sandbox."""
     for when, path, how in watch.stop():
-        supervisor.add_event("file-read", "blocked", "ns", supervisor.root_pid, path, "decoy-read",
-                             {"decoy": True, "seen": f"inotify {how}"}, when=when)
+        supervisor.collector.add_event("file-read", "blocked", "ns", supervisor.root_pid, path,
+                                       "decoy-read", {"decoy": True, "seen": f"inotify {how}"}, when=when)
 
 
 def _proxy_evidence(proxy, supervisor) -> None:
@@ -178,11 +178,11 @@ def _proxy_evidence(proxy, supervisor) -> None:
     for when, action, host, port, how, client_port in list(proxy.records):
         pid = supervisor.proxy_clients.get(client_port, 0)
         rule = "index-allowed" if action == "allowed" else "not-an-index"
-        supervisor.add_event("network", action, "proxy", pid, f"{host}:{port}", rule,
-                             {"protocol": "https" if how == "CONNECT" else "http", "method": how,
-                              "host": host, "port": port}, when=when)
-        supervisor.add_network("inet", "https" if how == "CONNECT" else "http", host, port, host,
-                                action, pid, "proxy")
+        protocol = "https" if how == "CONNECT" else "http"
+        supervisor.collector.add_event("network", action, "proxy", pid, f"{host}:{port}", rule,
+                                       {"protocol": protocol, "method": how, "host": host, "port": port},
+                                       when=when)
+        supervisor.collector.add_network("inet", protocol, host, port, host, action, pid, "proxy")
 
 
 def _report(plan: Plan, started, evidence, written, started_at: float,

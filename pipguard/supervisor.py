@@ -17,14 +17,14 @@ import selectors
 import signal
 import socket
 import time
-from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Dict, Optional, Set, Tuple
 
 from pipguard import notify, rules
 from pipguard._keeper import process_tree
 from pipguard.launcher import Started
 from pipguard.plan import HOOK_DIR, Plan
-from pipguard.report import ALLOWED, BLOCKED, Event, NetworkAttempt, ProcessRecord
+from pipguard.evidence import Collector, Evidence
+from pipguard.report import ALLOWED, BLOCKED, ProcessRecord
 
 _AT_FDCWD = -100
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
@@ -112,25 +112,6 @@ def _deny_errno() -> Dict[str, int]:
         return {}
 
 
-@dataclass
-class Evidence:
-    """What the supervisor collected (mutable while the run lasts)."""
-
-    events: List[Event] = field(default_factory=list)
-    processes: Dict[int, ProcessRecord] = field(default_factory=dict)
-    process_order: List[int] = field(default_factory=list)
-    network: List[NetworkAttempt] = field(default_factory=list)
-    dropped: int = 0
-    exit_code: Optional[int] = None
-    timed_out: bool = False
-    interrupted: Optional[str] = None
-    killed: List[int] = field(default_factory=list)
-    #: the limit that ended the run ("cpu", "memory"...), when one did
-    limit_hit: Optional[str] = None
-    # how the notifications were answered (report "supervision"); empty without a listener
-    supervision: Dict[str, object] = field(default_factory=dict)
-
-
 class Supervisor:
     def __init__(self, plan: Plan, started: Started, cgroup=None) -> None:
         # Names of the notified syscalls come from the child that built the
@@ -141,7 +122,11 @@ class Supervisor:
         self.settings = plan.settings
         self.started = started
         self.root_pid = started.process.pid
-        self.evidence = Evidence()
+        # the evidence collector, which the proxy and the ns decoy watch feed too
+        self.collector = Collector(plan.settings.max_events)
+        self.evidence = self.collector.evidence
+        self.add_event = self.collector.add_event
+        self.add_network = self.collector.add_network
         entered = started.entered
         #: pipguard's own processes inside the sandbox (ns: its pid 1): not the command's
         self._helpers = set(entered.helpers) if entered is not None else set()
@@ -153,10 +138,7 @@ class Supervisor:
         self._root_ended = 0.0
         self._native_arch: Optional[int] = _NATIVE_ARCH
         self.deny_errno = _deny_errno()
-        self._seq = 0
         self._t0 = time.time()
-        self._seen: Dict[Tuple, int] = {}
-        self._findings_past_cap = 0
         self._fifo_buf = b""
         self._forward_buf = b""
         self.notifications = 0  # answered by Python
@@ -177,64 +159,11 @@ class Supervisor:
         self._never_fast = tuple(tables["never_fast"])
         self._network = plan.settings.network
         self.proxy_clients: Dict[int, int] = {}  # our local port -> sandbox pid
-        self._dns: Dict[str, str] = {}  # address -> host name, from lookups seen in the run
+        self._dns = self.collector.dns  # address -> host name, from lookups seen in the run
         self._fifo_fd: Optional[int] = None
         self.evidence.processes[self.root_pid] = ProcessRecord(
             self.root_pid, started.process.keeper_pid, tuple(plan.argv))
         self.evidence.process_order.append(self.root_pid)
-
-    # ----------------------------------------------------------------- events
-    def add_event(self, kind: str, action: str, layer: str, pid: int, target: str, rule: str,
-                  detail: Optional[dict] = None, when: Optional[float] = None,
-                  always: bool = False) -> None:
-        """Record an event (merged with an identical one). ``always``: past
-        ``max_events`` too — for the few that say how the run ended (a limit,
-        a process left behind), which a flood must not push out."""
-        key = (pid, kind, target, action)
-        index = self._seen.get(key)
-        if index is not None:
-            old = self.evidence.events[index]
-            seen_by = list(old.detail.get("seen_by", [old.layer]))
-            if rules.severity(action, rule) == rules.FINDING and old.severity != rules.FINDING:
-                # An informational event first (perhaps forged on the FIFO by the
-                # sandbox, which can write it) must not absorb a finding.
-                self.evidence.events[index] = Event(
-                    old.seq, old.time, old.kind, old.action, layer, old.pid, old.target, rule,
-                    dict(old.detail, **(detail or {}), seen_by=seen_by + [layer] * (layer not in seen_by)))
-                return
-            if layer not in seen_by:
-                seen_by.append(layer)
-                merged = dict(old.detail, seen_by=seen_by, **{k: v for k, v in (detail or {}).items()
-                                                              if k not in old.detail})
-                self.evidence.events[index] = Event(old.seq, old.time, old.kind, old.action,
-                                                    old.layer, old.pid, old.target, old.rule, merged)
-            return
-        if len(self.evidence.events) >= self.settings.max_events and not always:
-            # A refusal is never pushed out by what came before it: the sandbox can write
-            # the audit FIFO, so a flood of forged harmless events would otherwise drop a
-            # real finding and turn the verdict clean. Findings get a second allowance of
-            # max_events (memory stays bounded); past it, enough findings are kept already.
-            finding = rules.severity(action, rule) == rules.FINDING
-            if not finding or self._findings_past_cap >= self.settings.max_events:
-                self.evidence.dropped += 1
-                return
-            self._findings_past_cap += 1
-        self._seq += 1
-        detail = dict(detail or {})
-        detail.setdefault("seen_by", [layer])
-        self.evidence.events.append(Event(self._seq, when or time.time(), kind, action, layer,
-                                          pid, target, rule, detail))
-        self._seen[key] = len(self.evidence.events) - 1
-
-    def add_network(self, family: str, protocol: str, address: str, port: Optional[int],
-                     host: Optional[str], action: str, pid: int, layer: str) -> None:
-        if len(self.evidence.network) >= self.settings.max_events:
-            self.evidence.dropped += 1
-            return
-        attempt = NetworkAttempt(family, protocol, address, port, host or self._dns.get(address),
-                                 action, pid, layer)
-        if attempt not in self.evidence.network:
-            self.evidence.network.append(attempt)
 
     def _read_fifo(self, fd: int) -> None:
         try:

@@ -2,8 +2,6 @@
 the plan's per-protection states as a real run confirms them."""
 
 import dataclasses
-import subprocess
-import sys
 
 import pytest
 
