@@ -39,7 +39,8 @@ import json
 import os
 import signal
 
-from pipguard.backends import ns as ns_backend
+from pipguard import backends
+from pipguard.backends import ns, plain  # noqa: F401 (imported before fork: backends.load)
 from pipguard.errors import PipguardError
 from pipguard.oslayer import OsLayerSpec, apply, caps, landlock, seccomp  # noqa: F401 (imported before fork)
 from pipguard.oslayer.seccomp import NOTIFIED
@@ -88,7 +89,7 @@ def confine_and_exec(config: dict) -> None:
         pass  # already a session leader (start_new_session)
     os.closerange(3, control_fd)
     os.closerange(control_fd + 1, 65536)
-    entered = ns_backend.enter(config["ns"], control_fd) if config.get("ns") else None
+    entered = backends.load(config["backend"]).enter(config["backend_spec"], control_fd)
     os.chdir(config["cwd"])
 
     status: dict = {"applied": [], "unavailable": {}, "landlock_abi": 0}
@@ -117,8 +118,8 @@ def confine_and_exec(config: dict) -> None:
         status["applied"] = ["user", *status["applied"]]
     status["listener_fd"] = listener
     if entered is not None:
-        status["ns"] = entered
-        status["applied"] = ["ns", *status["applied"]]  # type: ignore[misc]
+        status["backend"] = entered
+        status["applied"] = [config["backend"], *status["applied"]]  # type: ignore[misc]
     _send(control_fd, status)
     # Wait until the supervisor holds the listener: our own execve below is a
     # notified syscall and would otherwise block on nobody.

@@ -170,7 +170,9 @@ def start(plan: Plan, meanwhile: Optional[Callable[[], None]] = None,
         "os_spec": plan.os_spec.to_json() if plan.os_spec else None,
         "os_required": plan.os_required,
         "rlimits": list(rlimits),
-        "ns": plan.namespace.to_json() if plan.namespace is not None else None,
+        # the backend that builds the world before the OS layer (pipguard.backends)
+        "backend": "ns" if plan.namespace is not None else "plain",
+        "backend_spec": plan.namespace.to_json() if plan.namespace is not None else None,
         "run_as": list(run_as) if run_as else None,
     }
     # The kernel tells us who sent the status line, in our pid namespace:
@@ -212,7 +214,7 @@ def start(plan: Plan, meanwhile: Optional[Callable[[], None]] = None,
         listener = None
         unavailable = dict(status.get("unavailable", {}))
         applied = tuple(status.get("applied", ()))
-        entered = _entered(status.get("ns"), sender)
+        entered = _entered(status.get("backend"), sender)
         command_pid = entered.command_pid if entered is not None else process.pid
         if status.get("listener_fd") is not None:
             try:

@@ -45,7 +45,7 @@ try:  # Protocol is in typing from 3.8
 except ImportError:  # pragma: no cover
     Protocol = object  # type: ignore[assignment,misc]
 
-#: backend name -> the isolation level that selects it
+#: the backends the launcher starts (the VM backend runs its own launcher, pipguard.backends.vm)
 BACKENDS = ("plain", "ns")
 
 
@@ -126,3 +126,15 @@ class Backend(Protocol):
     def enter(self, spec: Mapping[str, Any], control_fd: int) -> None:
         """In the forked first process, before the OS layer: build the world.
         Returns only in the process that goes on to exec the command."""
+
+
+def load(backend: str):
+    """The module of ``backend`` (one of :data:`BACKENDS`). The launcher's first
+    process imports nothing after the fork: it gets these before."""
+    if backend == "ns":
+        from pipguard.backends import ns as module
+    elif backend == "plain":
+        from pipguard.backends import plain as module
+    else:
+        raise ValueError(f"unknown backend {backend!r}")
+    return module
