@@ -65,7 +65,25 @@ def probe(*, refresh: bool = False) -> HostFacts:
     return _CACHE[pid]
 
 
-def _probe() -> HostFacts:
+_PLANNING: Dict[int, HostFacts] = {}
+
+
+def planning_facts() -> HostFacts:
+    """The facts a plan needs, cheaply (cached per process): the Landlock ABI
+    and whether a seccomp filter loads. The probes that fork a child (user
+    notification, user namespaces: ~100 ms) are left out and taken as present;
+    each run confirms them itself (the report's protections are corrected by
+    what the kernel applied, :func:`pipguard.protections.reconcile`)."""
+    pid = os.getpid()
+    if pid in _CACHE:
+        return _CACHE[pid]
+    if pid not in _PLANNING:
+        _PLANNING.clear()
+        _PLANNING[pid] = _probe(quick=True)
+    return _PLANNING[pid]
+
+
+def _probe(quick: bool = False) -> HostFacts:
     system, release, machine = platform.system(), platform.release(), platform.machine()
     linux = system == "Linux"
     if not linux:
@@ -84,18 +102,22 @@ def _probe() -> HostFacts:
     if linux:
         abi, ll_why, fs_rights = _landlock()
         sc_ok, sc_why = _guard(_seccomp, "seccomp")
-        nt_ok, nt_why = _guard(_notify, "seccomp user notification") if sc_ok else (False, sc_why)
+        if quick:
+            nt_ok, nt_why = sc_ok, sc_why
+            userns, userns_why = True, ""
+        else:
+            nt_ok, nt_why = _guard(_notify, "seccomp user notification") if sc_ok else (False, sc_why)
+            userns, userns_why = _guard(_userns, "user namespaces")
         try:
             from pipguard.oslayer import caps as _caps
 
             caps = _caps.capability_sets("/proc/self/status")
         except Exception:  # pragma: no cover
             caps = {}
-        userns, userns_why = _guard(_userns, "user namespaces")
     else:
         reason = plat_why
         ll_why = sc_why = nt_why = userns_why = reason
-    responder_ok, responder_why = _native_responder() if linux else (False, plat_why)
+    responder_ok, responder_why = _native_responder() if linux and not quick else (False, plat_why)
     return HostFacts(
         system=system,
         release=release,

@@ -462,7 +462,7 @@ def _host_facts(policy: Policy):
         return None
     from pipguard import host
 
-    return host.probe()
+    return host.planning_facts()
 
 
 def cleanup(plan: Plan) -> None:
