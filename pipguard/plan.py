@@ -103,8 +103,8 @@ class RunSettings:
     max_events: int
     memory: int  # bytes; the host default already applied
     processes: int
-    cpu: Optional[float]
-    write: Optional[int]
+    cpu: float
+    write: int
     #: the user's extra read roots (granted recursively to a leased uid)
     user_read: Tuple[str, ...] = ()
     #: the policy as the report echoes it

@@ -31,7 +31,7 @@ class _Decoding:
     parse_float = float
     parse_int = int
     parse_constant = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}.__getitem__
-    memo = {}
+    memo: dict = {}
 
 
 def _string(text):

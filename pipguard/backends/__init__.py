@@ -131,10 +131,9 @@ class Backend(Protocol):
 def load(backend: str):
     """The module of ``backend`` (one of :data:`BACKENDS`). The launcher's first
     process imports nothing after the fork: it gets these before."""
-    if backend == "ns":
-        from pipguard.backends import ns as module
-    elif backend == "plain":
-        from pipguard.backends import plain as module
-    else:
+    from pipguard.backends import ns, plain
+
+    modules = {"ns": ns, "plain": plain}
+    if backend not in modules:
         raise ValueError(f"unknown backend {backend!r}")
-    return module
+    return modules[backend]
