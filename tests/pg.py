@@ -44,3 +44,16 @@ def pipguard(args: Sequence[str], *, cwd: os.PathLike, env: dict, timeout: float
                           timeout=timeout, stdin=stdin)
     data = json.loads(report_path.read_text()) if report_path.exists() else None
     return Result(proc.returncode, proc.stdout, proc.stderr, data)
+
+
+def run_os(argv: Sequence[object], work: os.PathLike, home, *extra: str, env_extra: Optional[dict] = None,
+           fake_tokens: bool = False, timeout: float = 180, complete: bool = False) -> Result:
+    """``pipguard run --isolation os [EXTRA] -- ARGV`` in ``work`` with the fake home's
+    environment. ``complete``: also assert that a report came back with every OS-layer part
+    applied (the evidence tests need all of them)."""
+    r = pipguard(["run", "--isolation", "os", *extra, "--", *map(str, argv)],
+                 cwd=work, env=home.env(env_extra, fake_tokens=fake_tokens), timeout=timeout)
+    if complete:
+        assert r.report is not None, r.stderr
+        assert r.report["isolation"]["requested"] == "os" and not r.report["isolation"]["unavailable"]
+    return r

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from pg import pipguard
+import pg
 from support import requires
 
 PY = sys.executable
@@ -33,11 +33,7 @@ def work(tmp_path):
 
 
 def run_os(argv, work, home, *extra, env_extra=None, timeout=180):
-    r = pipguard(["run", "--isolation", "os", *extra, "--", *map(str, argv)],
-                 cwd=work, env=home.env(env_extra), timeout=timeout)
-    assert r.report is not None, r.stderr
-    assert r.report["isolation"]["requested"] == "os" and not r.report["isolation"]["unavailable"]
-    return r
+    return pg.run_os(argv, work, home, *extra, env_extra=env_extra, timeout=timeout, complete=True)
 
 
 def by_pid(report):

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 import support
-from pg import Result, pipguard
+from pg import Result, pipguard, run_os
 from support import parse_try_one, requires
 
 PY = sys.executable
@@ -39,11 +39,6 @@ def work(tmp_path):
     d = tmp_path / "work"
     d.mkdir()
     return d
-
-
-def run_os(argv, work, home, *extra, env_extra=None, fake_tokens=False) -> Result:
-    return pipguard(["run", "--isolation", "os", *extra, "--", *map(str, argv)],
-                    cwd=work, env=home.env(env_extra, fake_tokens=fake_tokens))
 
 
 def try_one(bin_, action, *args, work, home, extra=()):

@@ -7,8 +7,9 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+from .sdist import SHARED_ATTACK  # noqa: F401 (defined where sdists get it)
+
 PACKAGES = Path(__file__).resolve().parent.parent / "packages"
-SHARED_ATTACK = PACKAGES / "_shared" / "pgattack.py"
 
 #: name -> (fake secret it goes for, or None; one line on what it does)
 HOSTILE: Dict[str, tuple] = {

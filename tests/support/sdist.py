@@ -11,6 +11,8 @@ from typing import Optional, Tuple
 #: Fixed mtime for reproducible archives; must be after 1980 (zip, hence wheels, cannot go earlier).
 MTIME = 1_700_000_000
 SKIP_DIRS = {"__pycache__", "build", "dist", ".eggs", ".git"}
+ATTACK_MODULE = "pgattack.py"
+SHARED_ATTACK = Path(__file__).resolve().parent.parent / "packages" / "_shared" / ATTACK_MODULE
 
 
 def project_name_version(src: Path) -> Tuple[str, str]:
@@ -67,4 +69,9 @@ def build_sdist(src_dir: os.PathLike, out_dir: os.PathLike, name: Optional[str] 
             add_bytes(tar, f"{top}/{rel}", path.read_bytes(), mode)
         if not (src / "PKG-INFO").exists():
             add_bytes(tar, f"{top}/PKG-INFO", pkg_info)
+        if not (src / ATTACK_MODULE).exists() and any(
+                path.suffix == ".py" and b"pgattack" in path.read_bytes() for path in files):
+            # the corpus's shared attack primitives: one file in the tree, added to each
+            # hostile sdist when it is built (an sdist must be self-contained)
+            add_bytes(tar, f"{top}/{ATTACK_MODULE}", SHARED_ATTACK.read_bytes())
     return target

@@ -1,5 +1,5 @@
-"""HARMLESS attack primitives shared by the hostile corpus (each project carries a copy;
-tests/test_corpus.py checks the copies are identical to tests/packages/_shared/pgattack.py).
+"""HARMLESS attack primitives shared by the hostile corpus (added to each hostile project's
+sdist when tests/support/sdist.py builds it: this is the only copy in the tree).
 
 Everything targets the FAKE home of the test ($HOME) and a loopback sink the test started:
 PIPGUARD_TEST_SINK=host:port (``[::1]:port`` for IPv6), default 127.0.0.1:9 (discard; normally
