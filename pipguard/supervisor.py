@@ -24,6 +24,7 @@ from pipguard._keeper import process_tree
 from pipguard.launcher import Started
 from pipguard.plan import HOOK_DIR, Plan
 from pipguard.evidence import Collector, Evidence
+from pipguard.responders import NativeResponder
 from pipguard.report import ALLOWED, BLOCKED, ProcessRecord
 
 _AT_FDCWD = -100
@@ -76,12 +77,6 @@ def _signals_deferred(on_signal):
             signal.sigwait(held & signal.sigpending())
             on_signal()
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
-def _join_responder(handle):
-    from pipguard import _responder  # type: ignore[attr-defined]
-
-    return _responder.join(handle)
 
 
 def _syscall_names() -> Dict[int, str]:
@@ -140,7 +135,6 @@ class Supervisor:
         self.deny_errno = _deny_errno()
         self._t0 = time.time()
         self._fifo_buf = b""
-        self._forward_buf = b""
         self.notifications = 0  # answered by Python
         self._forks_since_scan = 0
         self._live_at_scan = 1
@@ -161,6 +155,7 @@ class Supervisor:
         self.proxy_clients: Dict[int, int] = {}  # our local port -> sandbox pid
         self._dns = self.collector.dns  # address -> host name, from lookups seen in the run
         self._fifo_fd: Optional[int] = None
+        self._responder: Optional[NativeResponder] = None
         self.evidence.processes[self.root_pid] = ProcessRecord(
             self.root_pid, started.process.keeper_pid, tuple(plan.argv))
         self.evidence.process_order.append(self.root_pid)
@@ -218,73 +213,29 @@ class Supervisor:
         if note is not None:
             self._dispatch(listener, note)
 
-    def _read_forwarded(self, fd: int, listener: int) -> bool:
-        """Notifications the native responder did not answer itself, raw.
-        False at end of file: the thread has ended (it closes its end)."""
-        try:
-            data = os.read(fd, notify.NOTIF_SIZE * 64)
-        except BlockingIOError:
-            return True
-        if not data:
-            return False
-        self._forward_buf += data
-        size = notify.NOTIF_SIZE
-        whole = len(self._forward_buf) - len(self._forward_buf) % size
-        chunk, self._forward_buf = self._forward_buf[:whole], self._forward_buf[whole:]
-        for offset in range(0, whole, size):
-            self._dispatch(listener, notify.decode(chunk[offset:offset + size]))
-        return True
+    def _read_forwarded(self, responder: NativeResponder, listener: int) -> bool:
+        """Answer what the native responder forwarded. False once it has ended."""
+        notes = responder.forwarded()
+        for note in notes or ():
+            self._dispatch(listener, note)
+        return notes is not None
 
-    def _start_responder(self, listener: int):
-        """Hand the listener to the native responder thread (pipguard/_responder.c),
-        which answers the opens our fast path would answer without evidence and
-        forwards everything else through a pipe. None: answer all from Python."""
-        if self._native_arch is None or os.environ.get("PIPGUARD_PYTHON_RESPONDER"):
-            return None
-        try:
-            from pipguard import _responder  # type: ignore[attr-defined]
-        except ImportError:
-            return None
-        kinds = {"open": 1, "creat": 2, "openat": 3, "openat2": 4}
-        forward_r, forward_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-        stop_r, stop_w = os.pipe2(os.O_CLOEXEC)
-        try:
-            handle = _responder.start(
-                listener=listener, forward_fd=forward_w, stop_fd=stop_r, arch=self._native_arch,
-                kinds={nr: kinds[name] for nr, name in self._names.items() if name in kinds},
-                fixed_fast=[os.fsencode(p) for p in self._fixed_fast],
-                read_fast=[os.fsencode(p) for p in self._read_fast],
-                write_fast=[os.fsencode(p) for p in self._write_fast],
-                never_fast=[os.fsencode(p) for p in self._never_fast],
-                write_mask=_WRITE_FLAGS)
-        except (OSError, ValueError):
-            for fd in (forward_r, forward_w, stop_r, stop_w):
-                os.close(fd)
-            return None
-        # forward_w belongs to the thread from now on: it closes it when it ends
-        return handle, forward_r, stop_r, stop_w
+    def _start_responder(self, listener: int) -> Optional[NativeResponder]:
+        """The native responder for ``listener`` (pipguard/responders.py), or None:
+        answer everything from Python."""
+        return NativeResponder.start(
+            listener, arch=self._native_arch, names=self._names, write_mask=_WRITE_FLAGS,
+            tables={"fixed_fast": self._fixed_fast, "read_fast": self._read_fast,
+                    "write_fast": self._write_fast, "never_fast": self._never_fast})
 
-    def _stop_responder(self, responder, listener: int) -> None:
-        handle, forward_r, stop_r, stop_w = responder
-        os.write(stop_w, b"x")
-        answered, forwarded, error, cpu_seconds = _join_responder(handle)
-        self.evidence.supervision.update(responder="native", answered_natively=answered,
-                                         native_cpu_ms=round(cpu_seconds * 1000, 1))
-        if error:
-            self.evidence.supervision["responder_error"] = os.strerror(error)
+    def _stop_responder(self, responder: NativeResponder, listener: int) -> None:
+        self.evidence.supervision.update(responder.stop())
         try:  # what it forwarded before it stopped still needs an answer
-            while self._read_forwarded(forward_r, listener) and self._forward_pending(forward_r):
+            while self._read_forwarded(responder, listener) and responder.pending():
                 pass
         except OSError:
             pass
-        for fd in (forward_r, stop_r, stop_w):
-            os.close(fd)
-
-    @staticmethod
-    def _forward_pending(fd: int) -> bool:
-        import select
-
-        return bool(select.select([fd], [], [], 0)[0])
+        responder.close()
 
     def _dispatch(self, listener: int, note: notify.Notification) -> None:
         self.notifications += 1
@@ -736,8 +687,9 @@ class Supervisor:
             self.evidence.supervision.update(responder="python", answered_natively=0,
                                              sync_wake_up=notify.sync_wake_up(listener))
             responder = self._start_responder(listener)
+            self._responder = responder
             if responder is not None:
-                sel.register(responder[1], selectors.EVENT_READ, "forwarded")
+                sel.register(responder.forward_fd, selectors.EVENT_READ, "forwarded")
             else:
                 sel.register(listener, selectors.EVENT_READ, "notify")
         if pidfd is not None:
@@ -788,7 +740,7 @@ class Supervisor:
         ourselves. It ends normally when no sandboxed task is left (the listener
         hung up; the exit event is on its way); on an error, join() reports it."""
         try:
-            alive = self._read_forwarded(fd, listener)
+            alive = self._responder is not None and self._read_forwarded(self._responder, listener)
         except OSError:
             alive = False
         if not alive:
