@@ -129,7 +129,6 @@ class Installer:
         from pipguard.plan import precompile_hook
         from pipguard.seam import TARGET_SCRIPT, SeamServer
 
-        precompile_hook(self.python)  # the hook calls' Pythons are the target's version
         pip_args = list(self.options.pip_args)
         if self.options.binary_only:
             pip_args += ["--only-binary", ":all:"]
@@ -143,6 +142,10 @@ class Installer:
         try:
             proc = subprocess.Popen([self.python, TARGET_SCRIPT, "pip", "install", *pip_args], env=env,
                                     stdout=self.pip_stdout)
+            # pip takes half a second or more to reach its first hook call: prepare
+            # meanwhile what every call needs (its requests queue on the socket)
+            precompile_hook(self.python)  # the hook calls' Pythons are the target's version
+            _warm_up()
             server.serve(proc.pid, {"hook": self._on_hook, "gate": self._on_gate,
                                     "refuse": self._on_refuse, "source": self._on_source})
             returncode = proc.wait()
@@ -496,6 +499,17 @@ def _top_level_modules(target: str) -> List[str]:
         elif os.path.isdir(os.path.join(target, name)) and name.isidentifier():
             out.add(name)
     return sorted(out)
+
+
+def _warm_up() -> None:
+    """Import what the first hook call and the gate need, and probe the host's
+    planning facts, while pip starts: off the critical path of the first call.
+    Synchronous (no thread): the sandboxes fork from this process."""
+    import packaging.utils  # noqa: F401
+
+    from pipguard import _child, gate, hookcall, host, launcher, sandbox, supervisor  # noqa: F401
+
+    host.planning_facts()
 
 
 def _redacted(args: Sequence[str]) -> List[str]:
