@@ -357,15 +357,13 @@ def test_fork_exec_python_child_is_hooked(work, fake_home):
 
 def test_python_setup_py_build_of_malicious_project(tmp_path, fake_home, loopback_tcp):
     """The brief's first scenario: `pipguard run -- python setup.py build` in a hostile project."""
-    import shutil
     import subprocess
 
     if subprocess.run([PY, "-c", "import setuptools"], capture_output=True).returncode != 0:
         pytest.skip("this interpreter has no setuptools")
-    from support.corpus import project
+    from support.corpus import copy_project
 
-    work = tmp_path / "steal_at_build"
-    shutil.copytree(project("steal_at_build"), work)
+    work = copy_project("steal_at_build", tmp_path / "steal_at_build")
     r = pipguard(["run", "--keep-env", "PIPGUARD_TEST_SINK", "--", PY, "setup.py", "build"], cwd=work,
                  env=fake_home.env({"PIPGUARD_TEST_SINK": f"127.0.0.1:{loopback_tcp.port}"}))
     assert loopback_tcp.received == [] and not fake_home.stolen()

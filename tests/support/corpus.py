@@ -41,6 +41,18 @@ def project(name: str) -> Path:
     return p
 
 
+def copy_project(name: str, dest: os.PathLike) -> Path:
+    """A working copy of corpus project ``name`` at ``dest``, as its sdist unpacks (with the
+    shared attack library its sdist gets): for tests that run a project's files directly."""
+    import shutil
+
+    target = Path(dest)
+    shutil.copytree(project(name), target)
+    if name in HOSTILE:
+        shutil.copy(SHARED_ATTACK, target / SHARED_ATTACK.name)
+    return target
+
+
 def all_projects() -> List[str]:
     return sorted(list(HOSTILE) + list(LEGIT))
 
