@@ -198,7 +198,8 @@ def _install(sandbox_only: bool, kw: dict) -> None:
         build_hosts=tuple(HostPort.parse(h) for h in kw["allow_build_hosts"]),
         build_timeout=kw["build_timeout"],
         keep_env=tuple(dict.fromkeys([*kw["keep_env"], *project.keep_env])),
-        observe_reads=not kw["no_observe_reads"],
+        # None: the backend's default (on; off under ns, where decoys report credential reads)
+        observe_reads=False if kw["no_observe_reads"] else None,
         allow_read=tuple(dict.fromkeys([*_existing(kw["allow_read"], "--allow-read"), *project.allow_read])),
         allow_write=tuple(dict.fromkeys([*_existing(kw["allow_write"], "--allow-write"),
                                          *project.allow_write])),
@@ -416,7 +417,10 @@ def _click_app():
             click.option("--python", "python", metavar="PATH",
                          help="Install into this interpreter's environment, with its own pip "
                               "(default: pipguard's interpreter). Any CPython >= 3.9."),
-            click.option("--isolation", type=click.Choice(["auto", "audit", "os"]), default="auto", show_default=True),  # ns: run only, for now
+            click.option("--isolation", type=_ISOLATION, default="auto", show_default=True,
+                         help="auto/os/audit as for run; ns: every hook call in namespaces of its own "
+                              "(a new root from its grants, decoy credentials at the homes, loopback "
+                              "only; read observation off by default)."),
             click.option("--allow-build-host", "allow_build_hosts", multiple=True, metavar="HOST[:PORT]",
                          help="Let build hooks reach this host through pipguard's filtering proxy "
                               "(Rust/Go sdists fetching crates or modules); every destination is "

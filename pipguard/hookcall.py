@@ -230,7 +230,7 @@ def _load_toml(path: str) -> dict:
 
 
 def sandbox_policy(call: HookCall, *, isolation: str, build_hosts: Sequence[HostPort],
-                   timeout: Optional[float], keep_env: Sequence[str], observe_reads: bool,
+                   timeout: Optional[float], keep_env: Sequence[str], observe_reads: Optional[bool],
                    extra_read: Sequence[str] = (), extra_write: Sequence[str] = (),
                    limits: Optional[Dict[str, Any]] = None) -> Policy:
     return Policy(

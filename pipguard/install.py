@@ -75,7 +75,9 @@ class InstallOptions:
     build_hosts: Tuple[HostPort, ...] = ()
     build_timeout: Optional[float] = None
     keep_env: Tuple[str, ...] = ()
-    observe_reads: bool = True
+    #: observe every native open (seccomp notification); None: the backend's default,
+    #: on, and off under ``ns`` (a credential read there opens a decoy, which is reported)
+    observe_reads: Optional[bool] = None
     allow_read: Tuple[str, ...] = ()
     allow_write: Tuple[str, ...] = ()
     #: resource limits of each hook call, as Policy settings (``limit_memory``...); empty: defaults

@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -188,3 +189,100 @@ def test_fallback_when_user_namespaces_are_denied(work, fake_home):
     checks = {c["name"]: c for c in json.loads(doctor.stdout)["checks"]}
     assert checks["ns.user"]["status"] == "missing" and "seccomp" in checks["ns.user"]["detail"]
     assert pg("run", "--", "true").returncode == 0  # auto does not need namespaces
+
+
+# ------------------------------------------------------------ issue 14, install under ns
+HOSTS = textwrap.dedent("""
+    import socket, sys, urllib.request
+    allowed, other = int(sys.argv[1]), int(sys.argv[2])
+    def attempt(what, fn):
+        try:
+            fn()
+            print(what, "ok")
+        except Exception as exc:
+            print(what, "failed", type(exc).__name__)
+    attempt("allowed-via-proxy", lambda: print(urllib.request.urlopen(
+        f"http://127.0.0.1:{allowed}/", timeout=10).read().decode()))
+    attempt("allowed-direct", lambda: socket.create_connection(("127.0.0.1", allowed), timeout=5))
+    attempt("other-via-proxy", lambda: urllib.request.urlopen(f"http://127.0.0.1:{other}/LEAK", timeout=10).read())
+    attempt("other-direct", lambda: socket.create_connection(("127.0.0.1", other), timeout=5).sendall(b"LEAK"))
+""")
+
+
+@requires("root")
+@pytest.mark.parametrize("who", ["root", "nobody"])
+def test_allowed_host_through_the_proxy_only(who, request, work, fake_home, loopback_tcp):
+    """Only ``lo`` inside: the allowed host is reached through pipguard's filtering proxy (the
+    supervisor connects the sandbox's socket to it from pipguard's own network namespace),
+    never directly; another host is refused by the proxy and reported; a direct connect to
+    the host's loopback reaches nothing."""
+    import http.server
+    import threading
+
+    class Hello(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = b"hello-from-the-build-host"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    work, home, runner = _setup(who, request, work, fake_home)
+    script = work / "hosts.py"
+    script.write_text(HOSTS)
+    os.chmod(script, 0o644)
+    try:
+        r = _cli(["run", "--isolation", "ns", "--allow-host", f"127.0.0.1:{port}", "--", sys.executable,
+                  str(script), str(port), str(loopback_tcp.port)], cwd=work, env=home.env(), runner=runner)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "allowed-via-proxy ok" in r.stdout and "hello-from-the-build-host" in r.stdout, r.stdout + r.stderr
+    assert "allowed-direct failed" in r.stdout
+    assert "other-via-proxy failed" in r.stdout and "other-direct failed" in r.stdout
+    assert loopback_tcp.received == []
+    assert any(n["port"] == port and n["action"] == "allowed" and n["layer"] == "proxy"
+               for n in r.report["network"]), r.report["network"]
+    blocked = r.targets(kind="network")
+    assert f"127.0.0.1:{loopback_tcp.port}" in blocked and f"127.0.0.1:{port}" in blocked  # direct ones
+
+
+@requires("root")
+def test_pid1_shows_nothing_of_pipguard(work, fake_home):
+    """The namespace's pid 1 is a fork of pipguard: its command line (readable by any process)
+    and environment would be pipguard's, an index URL with credentials among them."""
+    marker = f"pipguard-ns-argv-marker-{os.getpid()}"
+    env = fake_home.env({"PIP_INDEX_URL": f"http://u:{marker}@127.0.0.1:9/simple/"})
+    report = work / f"{marker}.json"
+    proc = subprocess.run([sys.executable, "-m", "pipguard", "run", "--isolation", "ns", "--report", str(report),
+                           "--", "sh", "-c", "cat /proc/1/cmdline; echo; cat /proc/1/environ; echo; "
+                           "tr '\\0' ' ' </proc/self/cmdline"],
+                          cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    assert "tr" in proc.stdout, proc.stderr  # the command ran and read /proc
+    assert marker not in proc.stdout, proc.stdout
+
+
+@requires("root")
+def test_a_tree_only_its_owner_may_enter_is_readable_read_only(work, fake_home):
+    """pip's build environment is a 0700 directory of root's: as root the sandbox is uid
+    65534, so ns shows a granted tree closed to others with its owner mapped to the sandbox's
+    uid, read-only (the plain backend grants the same by ACL). A root-only file in a tree open
+    to others stays unreadable (test_the_world_inside)."""
+    base = tempfile.mkdtemp(prefix="pipguard-ns-owner-")  # 0700, root's
+    try:
+        with open(os.path.join(base, "module.py"), "w") as fh:
+            fh.write("VALUE = 'owner-only-tree'\n")
+        r = _cli(["run", "--isolation", "ns", "--allow-read", base, "--", "sh", "-c",
+                  f"cat {base}/module.py; touch {base}/new && echo wrote || echo refused"],
+                 cwd=work, env=fake_home.env())
+        assert "owner-only-tree" in r.stdout, r.stdout + r.stderr
+        assert "refused" in r.stdout and not os.path.exists(os.path.join(base, "new"))
+        assert os.stat(base).st_uid == 0 and oct(os.stat(base).st_mode & 0o777) == "0o700"  # unchanged
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -166,7 +166,8 @@ class NamespaceError(Exception):
 @dataclass(frozen=True)
 class Mount:
     """One step of the new root. ``kind``: "ro"/"rw" (bind ``source`` at
-    ``path``), "tmpfs", "dev" (the minimal /dev), "device" (bind a device
+    ``path``), "ro-owner" (as root: a read-only bind, idmapped like "rw" so
+    that its owner's rights are the sandbox's: see :func:`_owner_only`), "tmpfs", "dev" (the minimal /dev), "device" (bind a device
     node), "proc", "symlink" (``source`` is the link's text), "decoys" (a
     tmpfs with decoy credentials at a home's path)."""
 
@@ -268,20 +269,44 @@ def spec_for(read_paths: Sequence[str], write_paths: Sequence[str], device_paths
     for link, text in links.items():
         if not _under(link, ["/proc", "/dev"]):
             mounts.append(Mount("symlink", link, text))
-    mounts += [Mount("ro", r, r) for r in reads]
+    owner_only = euid == 0 and _owner_only
+    mounts += [Mount("ro-owner" if owner_only and owner_only(r) else "ro", r, r) for r in reads]
     mounts += [Mount("rw", w, w) for w in writes]
     for dev in device_paths:
         real = os.path.realpath(dev)
         if dev.startswith("/dev/") and os.path.exists(real) and dev != "/dev/shm":
             mounts.append(Mount("device", dev, real))
     # parents first: a tmpfs or a bind before anything mounted below it
-    kinds = {"tmpfs": 0, "dev": 0, "proc": 0, "decoys": 0, "symlink": 1, "ro": 2, "rw": 2, "device": 3}
+    kinds = {"tmpfs": 0, "dev": 0, "proc": 0, "decoys": 0, "symlink": 1, "ro": 2, "ro-owner": 2, "rw": 2,
+             "device": 3}
     mounts.sort(key=lambda m: (m.path.rstrip("/").count("/"), kinds[m.kind], m.path))
     if euid == 0:
         uid, gid = OVERFLOW_ID, OVERFLOW_ID
     else:
         uid, gid = euid, egid
     return NamespaceSpec(tuple(mounts), uid, gid, euid == 0, not network_all, os.urandom(8).hex())
+
+
+def _owner_only(path: str) -> bool:
+    """A granted tree outside the system dirs that only its owner may enter
+    or read: pip's build environment and prepared metadata (``mkdtemp``:
+    0700, root's when pipguard runs as root), a 0700 ``--allow-read`` dir.
+    As root the sandbox is uid 65534, which could not open them; the plain
+    backend grants its leased uid read by ACL entries, ns shows the tree
+    read-only with its owner mapped to the sandbox's uid (nothing on the host
+    changes). System dirs and ``/etc`` never: a root-only file there stays
+    unreadable, as does one inside a tree open to others (its own mode bits
+    apply, unmapped)."""
+    from pipguard.plan import SYSTEM_READ
+
+    if _under(path, [*SYSTEM_READ, "/etc"]):
+        return False
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    need = 0o005 if stat.S_ISDIR(mode) else 0o004
+    return mode & need != need
 
 
 # ------------------------------------------------------------- kernel calls
@@ -416,13 +441,13 @@ def _root_trees(spec: NamespaceSpec) -> Dict[str, int]:
     userns: Dict[Tuple[int, int], int] = {}
     try:
         for mount in spec.mounts:
-            if mount.kind not in ("ro", "rw"):
+            if mount.kind not in ("ro", "ro-owner", "rw"):
                 continue
             tree = _check(_libc.syscall(SYS_OPEN_TREE, AT_FDCWD, _b(mount.source),
                                         OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE),
                           f"open_tree {mount.source}")
             trees[mount.path] = tree
-            if mount.kind == "rw":
+            if mount.kind in ("rw", "ro-owner"):
                 st = os.stat(mount.source)
                 key = (st.st_uid, st.st_gid)
                 if key not in userns:
@@ -538,6 +563,7 @@ def _init(spec: NamespaceSpec, trees: Dict[str, int], status_w: int, control_fd:
         name_b = spec.hostname.encode()
         _check(_libc.sethostname(name_b, len(name_b)), "sethostname")
         decoy_fd, decoys = _watch_decoys(spec)
+        _blank_own_strings()
     except (OSError, NamespaceError) as exc:
         _send_error(control_fd, f"the namespace backend could not build the sandbox's root: {exc}",
                     getattr(exc, "hint", "") or "use --isolation os")
@@ -565,6 +591,27 @@ def _init(spec: NamespaceSpec, trees: Dict[str, int], status_w: int, control_fd:
             except OSError:
                 pass
             os.close(status_w)
+
+
+def _blank_own_strings() -> None:
+    """pid 1 is a fork of pipguard: its command line and environment, which
+    the sandbox can read at ``/proc/1/cmdline`` (any process may) and
+    ``/proc/1/environ``, are pipguard's own — an index URL with credentials
+    given as ``-i``, ``PIP_INDEX_URL``. Zero both areas in our own memory
+    (the kernel reads them from there; nothing here uses them again), before
+    the command's process is forked."""
+    fd = os.open("/proc/self/stat", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = os.read(fd, 4096)
+    finally:
+        os.close(fd)
+    # fields 48-51 (arg_start, arg_end, env_start, env_end); the name, field 2,
+    # may hold spaces and parentheses: count from its last ")"
+    fields = data[data.rindex(b")") + 2:].split()
+    arg_start, arg_end, env_start, env_end = (int(f) for f in fields[45:49])
+    for start, end in ((arg_start, arg_end), (env_start, env_end)):
+        if 0 < start < end:
+            ctypes.memset(start, 0, end - start)
 
 
 def _newroot(path: str) -> str:
@@ -654,7 +701,7 @@ def _place(mount: Mount, trees: Dict[str, int]) -> None:
                              MOVE_MOUNT_F_EMPTY_PATH), f"move_mount {mount.path}")
     else:
         _mount(source, target, None, MS_BIND | MS_REC)
-    if kind == "ro":
+    if kind in ("ro", "ro-owner"):
         _setattr(target, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
     elif kind == "rw":
         _setattr(target, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)

