@@ -8,6 +8,14 @@ seccomp, the supervisor: :func:`pipguard.sandbox.run`) and writes the report,
 as JSON followed by :data:`END`, to the virtio-serial port ``PORT``: a channel
 of its own, never the command's stdout or stderr.
 
+With build hosts (``config["net_device"]``) the sandbox's proxy is a
+:class:`~pipguard.backends._vm_relay.GuestRelay` on that virtio-serial port
+instead of a proxy of its own: the guest has no route to any host, and the
+host's proxy decides and records every destination. It stands in for
+:class:`pipguard.proxy.IndexProxy` here, in this process only (the guest's
+pipguard is started for this one run), so that the guest runs exactly the
+code ``run`` runs on a host, supervisor-connected proxy sockets included.
+
 A failure of pipguard itself in the guest (the command is missing there, a
 required layer is absent) is sent as ``{"guest_error": message, "hint": ...}``.
 """
@@ -41,6 +49,13 @@ def main(argv) -> int:
 
     # the guest's root holds nothing of the host's: the VM is the boundary here
     sandbox_user.IN_VM_GUEST = True
+    if config.get("net_device"):
+        import functools
+
+        from pipguard import proxy
+        from pipguard.backends._vm_relay import GuestRelay
+
+        proxy.IndexProxy = functools.partial(GuestRelay, config["net_device"])  # type: ignore[misc]
 
     try:
         report = run(config["argv"], Policy.from_mapping(config["policy"]), cwd=config["cwd"],

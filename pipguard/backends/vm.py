@@ -29,10 +29,14 @@ What the host builds for one run, and why each part is this way:
   back on a virtio-serial port of its own; the command's stdout and stderr on
   two more ports, straight to this process's stdout and stderr; the guest
   kernel's console to a file whose tail goes into the report.
-- **No network device** (``-nic none``). Plans that need the network are
-  refused for now (docs/sandbox.md, "VM backend", has the design for the
-  index proxy: a restricted user-mode network whose only route is a
-  ``guestfwd`` to the proxy).
+- **No network device** (``-nic none``), ever. A plan with build hosts
+  (``allow_hosts``) gets one more virtio-serial port, ``net``, whose only
+  far end is the host's filtering proxy (:mod:`pipguard.proxy`, started here
+  for the run): the guest's pipguard relays its sandbox's proxy connections
+  over it (:mod:`pipguard.backends._vm_relay`, which says why this is not
+  user-mode networking with a ``guestfwd``). The host's proxy decides every
+  destination, and its records are merged into the report as under ``run``.
+  Full network (``allow_network``) is refused under vm.
 - **Acceleration**: KVM where a probe boot shows it works (cached per host
   boot); TCG (software emulation, slow) only when asked (``vm_accel="tcg"``).
 - **QEMU itself** runs with its seccomp sandbox on (``-sandbox on``: no
@@ -86,6 +90,8 @@ CONSOLE_TAIL_LINES = 40
 #: the report port's content is read up to this size (the guest is untrusted)
 REPORT_LIMIT = 64 << 20
 NINEP = "trans=virtio,version=9p2000.L,msize=262144"
+#: the guest's end of the channel to the host's proxy (the init names ports /dev/pg.NAME)
+NET_DEVICE = "/dev/pg.net"
 _ANSI = re.compile(r"\x1b\[[;?0-9]*[a-zA-Z]|\x1bc|\r")
 
 # The guest's /init. Runs as the guest's root; everything the host decided for
@@ -95,6 +101,7 @@ BB=/.pg/busybox
 $BB mount -t proc proc /proc
 $BB mount -t sysfs sys /sys
 $BB mount -t devtmpfs dev /dev
+$BB ip link set lo up 2>/dev/null || $BB ifconfig lo 127.0.0.1 up
 for m in @MODULES@; do $BB insmod /.pg/modules/$m.ko || echo "pipguard-vm: insmod $m failed"; done
 case " $($BB cat /proc/cmdline) " in
   *" pipguard.probe "*) echo "@PROBE_OK@"; $BB reboot -f;;
@@ -318,7 +325,7 @@ def initramfs(tools: Tools) -> str:
 
 def _qemu_argv(tools: Tools, initrd: str, accel: str, *, console: str, append: str = "",
                memory_mb: int = 512, ports: Sequence[Tuple[str, str]] = (),
-               shares: Sequence[Tuple[str, Share]] = ()) -> List[str]:
+               shares: Sequence[Tuple[str, Share]] = (), net_socket: Optional[str] = None) -> List[str]:
     argv = [tools.qemu, "-M", MACHINE, "-accel", accel, "-cpu", "host" if accel == "kvm" else "max",
             "-m", str(memory_mb), "-smp", str(min(4, os.cpu_count() or 1)) if accel == "kvm" else "1",
             "-nodefaults", "-no-user-config", "-display", "none", "-monitor", "none", "-no-reboot",
@@ -331,6 +338,9 @@ def _qemu_argv(tools: Tools, initrd: str, accel: str, *, console: str, append: s
         for name, path in ports:
             argv += ["-chardev", f"file,id={name},path={path},append=on",
                      "-device", f"virtserialport,chardev={name},name={name}"]
+        if net_socket is not None:  # QEMU connects to our listener at start (a client chardev)
+            argv += ["-chardev", f"socket,id=net,path={_qemu_escape(net_socket)}",
+                     "-device", "virtserialport,chardev=net,name=net"]
     for tag, share in shares:
         model = "mapped-xattr,fmode=0644,dmode=0755" if share.writable else "none,readonly=on"
         argv += ["-fsdev", f"local,id={tag},path={_qemu_escape(share.path)},security_model={model}",
@@ -524,6 +534,23 @@ def _read_guest_message(path: str) -> Optional[Dict[str, Any]]:
     return message if isinstance(message, dict) else None
 
 
+def preflight(accel: str) -> Tools:
+    """The tools of a boot under ``accel``, or :class:`LayerUnavailable`
+    with the reason (exit 2 at the CLI, before anything ran): install and
+    sandbox call it before pip starts."""
+    tools, parts = find_tools()
+    if tools is None:
+        raise LayerUnavailable("the VM backend is unavailable: " + Probe(NAME, parts).reason,
+                               hint="pipguard doctor lists what is missing")
+    if accel == "kvm":
+        ok, reason = kvm_status(tools)
+        if not ok:
+            raise LayerUnavailable(f"KVM does not work here: {reason}",
+                                   hint="add --vm-accel tcg to run under software emulation (slow), "
+                                        "or use --isolation auto")
+    return tools
+
+
 def run(argv: Sequence[str], policy, *, cwd: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
         record_build_dir: bool = False, progress=None, unsafe_guest_prelude: Optional[str] = None):
     """Run ``argv`` in a VM under ``policy`` (``policy.isolation == "vm"``)
@@ -532,28 +559,21 @@ def run(argv: Sequence[str], policy, *, cwd: Optional[str] = None, env: Optional
     Raises :class:`~pipguard.errors.LayerUnavailable` before anything runs
     when qemu, a kernel or a static busybox is missing, when
     ``policy.vm_accel`` is ``"kvm"`` and KVM does not work here, or when the
-    policy needs the network (not implemented yet). ``unsafe_guest_prelude``
+    policy asks for the whole network (``allow_hosts`` is served: see the
+    module's docstring). ``unsafe_guest_prelude``
     is shell code the guest's init runs as guest root before pipguard starts
     (tests use it to crash the guest kernel); never take it from a user.
     """
     from pipguard.plan import cleanup, make_plan
 
     notify = progress or (lambda message: None)
-    if policy.allow_network or policy.allow_hosts:
-        raise LayerUnavailable("the VM backend has no network yet: --allow-network and --allow-host "
-                               "cannot be used with --isolation vm",
-                               hint="use --isolation auto for builds that need the network")
-    tools, parts = find_tools()
-    if tools is None:
-        raise LayerUnavailable("the VM backend is unavailable: " + Probe(NAME, parts).reason,
-                               hint="pipguard doctor lists what is missing")
+    if policy.allow_network:
+        raise LayerUnavailable("the VM backend gives no full network: --allow-network cannot be used "
+                               "with --isolation vm",
+                               hint="name the hosts the build needs (--allow-host / --allow-build-host): "
+                                    "the guest reaches them through pipguard's filtering proxy")
+    tools = preflight(policy.vm_accel)
     accel = policy.vm_accel
-    if accel == "kvm":
-        ok, reason = kvm_status(tools)
-        if not ok:
-            raise LayerUnavailable(f"KVM does not work here: {reason}",
-                                   hint="add --vm-accel tcg to run under software emulation (slow), "
-                                        "or use --isolation auto")
     argv = [os.fspath(a) for a in argv]
     source_env = dict(os.environ if env is None else env)
     plan = make_plan(argv, policy, cwd=cwd, env=source_env)
@@ -566,12 +586,8 @@ def run(argv: Sequence[str], policy, *, cwd: Optional[str] = None, env: Optional
 
 def _run_planned(plan, policy, tools: Tools, accel: str, source_env: Mapping[str, str],
                  record_build_dir: bool, notify, prelude: Optional[str]):
-    from pipguard import __version__, files
     from pipguard.plan import _etc_entries as etc_entries
     from pipguard.plan import scrub_env
-    from pipguard.report import LayerStatus, Report
-    from pipguard.report import from_json as report_from_json
-    from pipguard.sandbox import _host_summary
 
     started_at = time.time()
     run_dir = plan.run_dir
@@ -606,16 +622,101 @@ def _run_planned(plan, policy, tools: Tools, accel: str, source_env: Mapping[str
     kept, _removed = scrub_env(source_env, policy.keep_env)
     inner = dict(policy.to_json(), isolation="auto", timeout=None, vm_accel="kvm")
     with open(os.path.join(guest_dir, "config.json"), "w", encoding="utf-8") as fh:
-        json.dump({"argv": list(plan.argv), "cwd": plan.cwd, "env": kept, "policy": inner}, fh)
+        json.dump({"argv": list(plan.argv), "cwd": plan.cwd, "env": kept, "policy": inner,
+                   "net_device": NET_DEVICE if policy.allow_hosts else None}, fh)
 
     console = os.path.join(run_dir, "console.log")
     report_port = os.path.join(run_dir, "report.out")
     stdout, copy_out = _output_path(1, run_dir, "stdout.out")
     stderr, copy_err = _output_path(2, run_dir, "stderr.out")
-    qemu_argv = _qemu_argv(
-        tools, initramfs(tools), accel, console=console, memory_mb=_memory_mb(policy),
-        ports=(("report", report_port), ("stdout", stdout), ("stderr", stderr)),
-        shares=[*tagged, ("pgcfg", Share(guest_dir, False)), ("pgetc", Share(os.path.join(run_dir, "etc"), False))])
+    network = _Network.start(policy.allow_hosts, os.path.join(run_dir, "net.sock"))
+    try:
+        qemu_argv = _qemu_argv(
+            tools, initramfs(tools), accel, console=console, memory_mb=_memory_mb(policy),
+            ports=(("report", report_port), ("stdout", stdout), ("stderr", stderr)),
+            shares=[*tagged, ("pgcfg", Share(guest_dir, False)),
+                    ("pgetc", Share(os.path.join(run_dir, "etc"), False))],
+            net_socket=network.relay.path if network else None)
+        return _boot(plan, policy, tools, accel, qemu_argv, shares, network, record_build_dir,
+                     write_roots, notify, started_at, console, report_port,
+                     ((copy_out, stdout, 1), (copy_err, stderr, 2)))
+    finally:
+        if network is not None:
+            network.stop()
+
+
+@dataclass(frozen=True)
+class _Network:
+    """A run's only network: the host's filtering proxy for the plan's
+    hosts, and the relay QEMU's ``net`` port connects to."""
+
+    proxy: Any  # pipguard.proxy.IndexProxy
+    relay: Any  # pipguard.backends._vm_relay.HostRelay
+
+    @classmethod
+    def start(cls, hosts, socket_path: str) -> Optional["_Network"]:
+        if not hosts:
+            return None
+        from pipguard.backends._vm_relay import HostRelay
+        from pipguard.proxy import Destination, IndexProxy
+
+        proxy = IndexProxy(tuple(Destination(h.host, h.port) for h in hosts)).__enter__()
+        try:
+            relay = HostRelay(socket_path, proxy.port).start()
+        except BaseException:
+            proxy.__exit__(None, None, None)
+            raise
+        return cls(proxy, relay)
+
+    def stop(self) -> None:
+        self.relay.stop()
+        self.proxy.__exit__(None, None, None)
+
+
+def _merge_proxy(guest, network: Optional[_Network], max_events: int):
+    """The guest's events and destinations with the host proxy's records
+    added, as ``run`` adds its proxy's (one event per destination and
+    outcome; the guest's pid of a request is not known on the host: 0).
+    Returns (events renumbered by time, network attempts, events dropped)."""
+    from pipguard.report import Event, NetworkAttempt
+
+    events = list(guest.events) if guest else []
+    attempts = list(guest.network) if guest else []
+    dropped = guest.events_dropped if guest else 0
+    if network is None:
+        return tuple(events), tuple(attempts), dropped
+    seen = set()
+    for when, action, host, port, how, _client in list(network.proxy.records):
+        protocol = "https" if how == "CONNECT" else "http"
+        target = f"{host}:{port}"
+        if (target, action) in seen:
+            continue
+        if len(events) >= max_events:
+            dropped += 1
+            continue
+        seen.add((target, action))
+        rule = "index-allowed" if action == "allowed" else "not-an-index"
+        events.append(Event(0, when, "network", action, "proxy", 0, target, rule,
+                            {"protocol": protocol, "method": how, "host": host, "port": port,
+                             "seen": "the host's proxy, through the VM's relay"}))
+        attempt = NetworkAttempt("inet", protocol, host, port, host, action, 0, "proxy")
+        if attempt not in attempts:
+            attempts.append(attempt)
+    ordered = sorted(events, key=lambda e: (e.time, e.seq))
+    renumbered = tuple(Event(i + 1, e.time, e.kind, e.action, e.layer, e.pid, e.target, e.rule, e.detail)
+                       for i, e in enumerate(ordered))
+    return renumbered, tuple(attempts), dropped
+
+
+def _boot(plan, policy, tools: Tools, accel: str, qemu_argv: List[str], shares: Sequence[Share],
+          network: Optional["_Network"], record_build_dir: bool, write_roots: Sequence[str], notify,
+          started_at: float, console: str, report_port: str, copies):
+    from pipguard import __version__, files
+    from pipguard.report import LayerStatus, Report
+    from pipguard.report import from_json as report_from_json
+    from pipguard.sandbox import _host_summary
+
+    run_dir = plan.run_dir
 
     roots = [r for r in write_roots if record_build_dir or r != plan.cwd]
     before = files.snapshot(roots)
@@ -636,7 +737,7 @@ def _run_planned(plan, policy, tools: Tools, accel: str, source_env: Mapping[str
         if proc.poll() is None:
             proc.kill()
         proc.wait()
-    for copy, path, fd in ((copy_out, stdout, 1), (copy_err, stderr, 2)):
+    for copy, path, fd in copies:
         if copy and os.path.exists(path):
             with open(path, "rb") as fh, os.fdopen(os.dup(fd), "wb") as out:
                 shutil.copyfileobj(fh, out)
@@ -650,6 +751,8 @@ def _run_planned(plan, policy, tools: Tools, accel: str, source_env: Mapping[str
         raise PipguardError(f"in the VM: {message['guest_error']}", hint=message.get("hint"))
     vm = {"accel": accel, "machine": MACHINE, "qemu": tools.qemu, "kernel": tools.kernel.path,
           "memory_mb": _memory_mb(policy),
+          "network": ({"proxy": f"127.0.0.1:{network.proxy.port}", "channel": "virtio-serial",
+                       "connections": network.relay.opened} if network else "none"),
           "shares": [{"path": s.path, "writable": s.writable} for s in shares],
           "qemu_exit": proc.returncode, "guest_report": message is not None, "console_tail": tail}
     if qemu_err:
@@ -667,13 +770,14 @@ def _run_planned(plan, policy, tools: Tools, accel: str, source_env: Mapping[str
     unavailable = dict(guest.isolation.unavailable) if guest else {}
     if accel == "tcg":
         unavailable["vm.kvm"] = "software emulation (--vm-accel tcg) was asked for"
+    events, attempts, dropped = _merge_proxy(guest, network, policy.max_events)
     return Report(
         command=tuple(plan.argv), exit_code=guest.exit_code if guest else None,
         timed_out=timed_out or bool(guest and guest.timed_out),
         isolation=LayerStatus(policy.isolation, applied, unavailable),
-        events=guest.events if guest else (), processes=guest.processes if guest else (),
-        network=guest.network if guest else (), files_written=tuple(written),
-        env_removed=plan.env_removed, events_dropped=guest.events_dropped if guest else 0,
+        events=events, processes=guest.processes if guest else (),
+        network=attempts, files_written=tuple(written),
+        env_removed=plan.env_removed, events_dropped=dropped,
         policy=policy.to_json(), host=_host_summary(), cwd=plan.cwd, started_at=started_at,
         duration=round(time.time() - started_at, 4), error=error, tool_version=__version__,
         supervision=guest.supervision if guest else {},
