@@ -260,7 +260,7 @@ def test_sdist_install_runs_each_hook_call_in_a_vm(tmp_path, fake_home, links, t
 
 
 @requires("root")
-def test_vm_as_nobody(nobody_setup):
+def test_vm_as_nobody(nobody_setup):  # noqa: F811 (the imported fixture)
     """Unprivileged: QEMU under TCG needs no /dev/kvm and no privilege; the report says nobody ran it."""
     home, work = nobody_setup
     report_path = work / "r.json"

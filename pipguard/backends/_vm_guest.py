@@ -55,7 +55,7 @@ def main(argv) -> int:
         from pipguard import proxy
         from pipguard.backends._vm_relay import GuestRelay
 
-        proxy.IndexProxy = functools.partial(GuestRelay, config["net_device"])  # type: ignore[misc]
+        proxy.IndexProxy = functools.partial(GuestRelay, config["net_device"])  # type: ignore[assignment,misc]
 
     try:
         report = run(config["argv"], Policy.from_mapping(config["policy"]), cwd=config["cwd"],

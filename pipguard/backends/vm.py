@@ -111,11 +111,14 @@ $BB mount -t 9p -o @NINEP@,ro pgcfg /run/pipguard || echo "pipguard-vm: no confi
 . /run/pipguard/env.sh
 . /run/pipguard/mounts.sh
 n=0
-while [ ! -e /dev/pg.report ] && [ $n -lt 50 ]; do
+while [ $n -lt 50 ]; do
   for d in /sys/class/virtio-ports/*; do
     [ -e "$d/name" ] && $BB ln -sf "/dev/${d##*/}" "/dev/pg.$($BB cat "$d/name")"
   done
-  [ -e /dev/pg.report ] || $BB sleep 0.1
+  missing=
+  for p in $PG_PORTS; do [ -e "/dev/pg.$p" ] || missing=$p; done
+  [ -z "$missing" ] && break
+  $BB sleep 0.1
   n=$((n+1))
 done
 [ -f /run/pipguard/prelude.sh ] && . /run/pipguard/prelude.sh
@@ -576,16 +579,22 @@ def run(argv: Sequence[str], policy, *, cwd: Optional[str] = None, env: Optional
     accel = policy.vm_accel
     argv = [os.fspath(a) for a in argv]
     source_env = dict(os.environ if env is None else env)
-    plan = make_plan(argv, policy, cwd=cwd, env=source_env)
+    proxy = _start_proxy(policy.allow_hosts)
     try:
-        return _run_planned(plan, policy, tools, accel, source_env, record_build_dir, notify,
-                            unsafe_guest_prelude)
+        # the host's plan names the host's proxy (the guest's pipguard plans its own relay)
+        plan = make_plan(argv, policy, cwd=cwd, env=source_env, proxy_port=proxy.port if proxy else None)
+        try:
+            return _run_planned(plan, policy, tools, accel, source_env, record_build_dir, notify,
+                                unsafe_guest_prelude, proxy)
+        finally:
+            cleanup(plan)
     finally:
-        cleanup(plan)
+        if proxy is not None:
+            proxy.__exit__(None, None, None)
 
 
 def _run_planned(plan, policy, tools: Tools, accel: str, source_env: Mapping[str, str],
-                 record_build_dir: bool, notify, prelude: Optional[str]):
+                 record_build_dir: bool, notify, prelude: Optional[str], proxy):
     from pipguard.plan import _etc_entries as etc_entries
     from pipguard.plan import scrub_env
 
@@ -615,7 +624,8 @@ def _run_planned(plan, policy, tools: Tools, accel: str, source_env: Mapping[str
     with open(os.path.join(guest_dir, "mounts.sh"), "w", encoding="utf-8") as fh:
         fh.write("\n".join(mounts) + "\n")
     with open(os.path.join(guest_dir, "env.sh"), "w", encoding="utf-8") as fh:
-        fh.write(f"PG_CWD={q(plan.cwd)}\nPG_PYTHON={q(sys.executable)}\n")
+        fh.write(f"PG_CWD={q(plan.cwd)}\nPG_PYTHON={q(sys.executable)}\n"
+                 f"PG_PORTS={q(' '.join(['report', 'stdout', 'stderr'] + ['net'] * bool(proxy)))}\n")
     if prelude:
         with open(os.path.join(guest_dir, "prelude.sh"), "w", encoding="utf-8") as fh:
             fh.write(prelude + "\n")
@@ -623,13 +633,13 @@ def _run_planned(plan, policy, tools: Tools, accel: str, source_env: Mapping[str
     inner = dict(policy.to_json(), isolation="auto", timeout=None, vm_accel="kvm")
     with open(os.path.join(guest_dir, "config.json"), "w", encoding="utf-8") as fh:
         json.dump({"argv": list(plan.argv), "cwd": plan.cwd, "env": kept, "policy": inner,
-                   "net_device": NET_DEVICE if policy.allow_hosts else None}, fh)
+                   "net_device": NET_DEVICE if proxy else None}, fh)
 
     console = os.path.join(run_dir, "console.log")
     report_port = os.path.join(run_dir, "report.out")
     stdout, copy_out = _output_path(1, run_dir, "stdout.out")
     stderr, copy_err = _output_path(2, run_dir, "stderr.out")
-    network = _Network.start(policy.allow_hosts, os.path.join(run_dir, "net.sock"))
+    network = _Network.start(proxy, os.path.join(run_dir, "net.sock")) if proxy else None
     try:
         qemu_argv = _qemu_argv(
             tools, initramfs(tools), accel, console=console, memory_mb=_memory_mb(policy),
@@ -645,32 +655,31 @@ def _run_planned(plan, policy, tools: Tools, accel: str, source_env: Mapping[str
             network.stop()
 
 
+def _start_proxy(hosts):
+    """The host's filtering proxy for the plan's hosts, serving (None: no hosts)."""
+    if not hosts:
+        return None
+    from pipguard.proxy import Destination, IndexProxy
+
+    return IndexProxy(tuple(Destination(h.host, h.port) for h in hosts)).__enter__()
+
+
 @dataclass(frozen=True)
 class _Network:
     """A run's only network: the host's filtering proxy for the plan's
-    hosts, and the relay QEMU's ``net`` port connects to."""
+    hosts (stopped by :func:`run`), and the relay QEMU's ``net`` port connects to."""
 
     proxy: Any  # pipguard.proxy.IndexProxy
     relay: Any  # pipguard.backends._vm_relay.HostRelay
 
     @classmethod
-    def start(cls, hosts, socket_path: str) -> Optional["_Network"]:
-        if not hosts:
-            return None
+    def start(cls, proxy, socket_path: str) -> "_Network":
         from pipguard.backends._vm_relay import HostRelay
-        from pipguard.proxy import Destination, IndexProxy
 
-        proxy = IndexProxy(tuple(Destination(h.host, h.port) for h in hosts)).__enter__()
-        try:
-            relay = HostRelay(socket_path, proxy.port).start()
-        except BaseException:
-            proxy.__exit__(None, None, None)
-            raise
-        return cls(proxy, relay)
+        return cls(proxy, HostRelay(socket_path, proxy.port).start())
 
     def stop(self) -> None:
         self.relay.stop()
-        self.proxy.__exit__(None, None, None)
 
 
 def _merge_proxy(guest, network: Optional[_Network], max_events: int):
