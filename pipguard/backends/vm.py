@@ -21,7 +21,12 @@ What the host builds for one run, and why each part is this way:
   attributes on the host, never applied. A guest root can therefore not plant
   a setuid-root file or a device node in the build directory. The cost: files
   the guest creates are mode 0644 (directories 0755) on the host, without an
-  executable bit (the guest sees its own modes).
+  executable bit (the guest sees its own modes during its run). After the
+  run those ``user.virtfs.*`` attributes are removed (:func:`_strip_mapped`):
+  the next VM reads the tree through a read-only share (model ``none``: host
+  symlinks must stay readable, which the mapped models cannot do), where they
+  would be plain attributes that ``shutil.copy2`` copies into a mapped share,
+  which QEMU refuses (pip's metadata directory between two hook calls).
 - **Inside**, the guest's init mounts the shares and runs
   :mod:`pipguard.backends._vm_guest`, i.e. :func:`pipguard.sandbox.run` with
   ``isolation="auto"``: the audit hook, Landlock as far as the guest kernel
@@ -682,6 +687,28 @@ class _Network:
         self.relay.stop()
 
 
+#: the attributes QEMU's mapped-xattr model keeps a guest's owner, mode and file type in
+MAPPED_PREFIX = "user.virtfs."
+
+
+def _strip_mapped(root: str) -> None:
+    """Remove QEMU's mapped attributes under ``root`` (without following
+    symlinks): the host never applied them, and the next VM must see the
+    files as the host does."""
+    def strip(path: str) -> None:
+        try:
+            for name in os.listxattr(path, follow_symlinks=False):
+                if name.startswith(MAPPED_PREFIX):
+                    os.removexattr(path, name, follow_symlinks=False)
+        except OSError:
+            pass  # gone, or a filesystem without xattrs (then QEMU kept none either)
+
+    strip(root)
+    for top, dirs, names in os.walk(root):
+        for name in (*dirs, *names):
+            strip(os.path.join(top, name))
+
+
 def _merge_proxy(guest, network: Optional[_Network], max_events: int):
     """The guest's events and destinations with the host proxy's records
     added, as ``run`` adds its proxy's (one event per destination and
@@ -751,6 +778,9 @@ def _boot(plan, policy, tools: Tools, accel: str, qemu_argv: List[str], shares: 
             with open(path, "rb") as fh, os.fdopen(os.dup(fd), "wb") as out:
                 shutil.copyfileobj(fh, out)
 
+    for share in shares:
+        if share.writable:
+            _strip_mapped(share.path)
     written = files.changed(before, files.snapshot(roots))
     tail = _console_tail(console)
     with open(os.path.join(run_dir, "qemu.err"), "rb") as fh:
