@@ -126,6 +126,8 @@ while [ $n -lt 50 ]; do
   $BB sleep 0.1
   n=$((n+1))
 done
+# the guest's pipguard runs as the host user's uid (see _vm_guest): its channels must be its own
+[ "$PG_UID" = 0 ] || $BB chown "$PG_UID:$PG_GID" /dev/pg.*
 [ -f /run/pipguard/prelude.sh ] && . /run/pipguard/prelude.sh
 cd "$PG_CWD" && $BB env -i PATH=/usr/bin:/bin "$PG_PYTHON" -m pipguard.backends._vm_guest \
   /run/pipguard/config.json /dev/pg.report </dev/null >/dev/pg.stdout 2>/dev/pg.stderr
@@ -513,8 +515,8 @@ def _memory_mb(policy) -> int:
 
 def _output_path(fd: int, run_dir: str, name: str) -> Tuple[str, bool]:
     """Where QEMU writes a guest stream: this process's own fd ``fd``
-    reopened through /proc when it is a terminal or a pipe (the output
-    streams), else a file copied to ``fd`` at the end (True): a regular file
+    reopened through /proc when it is a terminal or a pipe we may reopen
+    (the output streams), else a file copied to ``fd`` at the end (True): a regular file
     reopened would have its own offset, and this process's later writes to
     ``fd`` would overwrite the guest's."""
     try:
@@ -522,7 +524,13 @@ def _output_path(fd: int, run_dir: str, name: str) -> Tuple[str, bool]:
     except OSError:
         return os.devnull, False
     if stat.S_ISFIFO(mode) or stat.S_ISCHR(mode):
-        return f"/proc/{os.getpid()}/fd/{fd}", False
+        try:
+            # QEMU runs as this user: it can reopen the pipe only if we can (a pipe
+            # another user made and handed to us, e.g. root's to nobody's, is mode 0600)
+            os.close(os.open(f"/proc/self/fd/{fd}", os.O_WRONLY | os.O_CLOEXEC))
+            return f"/proc/{os.getpid()}/fd/{fd}", False
+        except OSError:
+            pass  # then copied at the end, not streamed
     return os.path.join(run_dir, name), True
 
 
@@ -616,7 +624,9 @@ def _run_planned(plan, policy, tools: Tools, accel: str, source_env: Mapping[str
 
     # What the guest's init reads (mounts.sh is generated: every path quoted)
     q = shlex.quote
-    mounts = ["$BB mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /tmp"]
+    # the kernel's built-in initramfs part makes /root mode 0700; in the guest it holds only
+    # mount points (a pyenv interpreter in /root/.pyenv), which a non-root guest user must reach
+    mounts = ["$BB mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /tmp", "$BB chmod 0755 /root"]
     for link, target in links:
         mounts.append(f"$BB ln -s {q(target)} {q(link)}")
     tagged = [(f"s{i}", share) for i, share in enumerate(shares)]
@@ -630,7 +640,8 @@ def _run_planned(plan, policy, tools: Tools, accel: str, source_env: Mapping[str
         fh.write("\n".join(mounts) + "\n")
     with open(os.path.join(guest_dir, "env.sh"), "w", encoding="utf-8") as fh:
         fh.write(f"PG_CWD={q(plan.cwd)}\nPG_PYTHON={q(sys.executable)}\n"
-                 f"PG_PORTS={q(' '.join(['report', 'stdout', 'stderr'] + ['net'] * bool(proxy)))}\n")
+                 f"PG_PORTS={q(' '.join(['report', 'stdout', 'stderr'] + ['net'] * bool(proxy)))}\n"
+                 f"PG_UID={os.getuid()}\nPG_GID={os.getgid()}\n")
     if prelude:
         with open(os.path.join(guest_dir, "prelude.sh"), "w", encoding="utf-8") as fh:
             fh.write(prelude + "\n")
@@ -638,6 +649,7 @@ def _run_planned(plan, policy, tools: Tools, accel: str, source_env: Mapping[str
     inner = dict(policy.to_json(), isolation="auto", timeout=None, vm_accel="kvm")
     with open(os.path.join(guest_dir, "config.json"), "w", encoding="utf-8") as fh:
         json.dump({"argv": list(plan.argv), "cwd": plan.cwd, "env": kept, "policy": inner,
+                   "uid": os.getuid(), "gid": os.getgid(),
                    "net_device": NET_DEVICE if proxy else None}, fh)
 
     console = os.path.join(run_dir, "console.log")
