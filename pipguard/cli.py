@@ -191,8 +191,12 @@ def _install(sandbox_only: bool, kw: dict) -> None:
     # the project's policy file feeds the options, as the flags do; nothing
     # after this reads it
     project = policyfile.load(kw.get("policy"))
+    if kw["isolation"] == "vm" and (sandbox_only or kw.get("sandbox")):
+        from pipguard.backends import vm
+
+        vm.preflight(kw["vm_accel"])  # no KVM: exit 2 with the reason before pip starts
     options = InstallOptions(
-        pip_args=pip_args, python=kw["python"], isolation=kw["isolation"],
+        pip_args=pip_args, python=kw["python"], isolation=kw["isolation"], vm_accel=kw["vm_accel"],
         sandbox_only=sandbox_only, binary_only=not sandbox_only and not kw.get("sandbox"),
         probe_imports=kw["probe_imports"],
         build_hosts=tuple(HostPort.parse(h) for h in kw["allow_build_hosts"]),
@@ -417,10 +421,15 @@ def _click_app():
             click.option("--python", "python", metavar="PATH",
                          help="Install into this interpreter's environment, with its own pip "
                               "(default: pipguard's interpreter). Any CPython >= 3.9."),
-            click.option("--isolation", type=_ISOLATION, default="auto", show_default=True,
+            click.option("--isolation", type=click.Choice(list(_RUN_ISOLATION_CHOICES)), default="auto",
+                         show_default=True,
                          help="auto/os/audit as for run; ns: every hook call in namespaces of its own "
                               "(a new root from its grants, decoy credentials at the homes, loopback "
-                              "only; read observation off by default)."),
+                              "only; read observation off by default); vm: each hook call in a QEMU "
+                              "guest of its own (needs working KVM, or --vm-accel tcg)."),
+            click.option("--vm-accel", type=click.Choice(["kvm", "tcg"]), default="kvm", show_default=True,
+                         help="Under --isolation vm: kvm (exit 2 if KVM does not work here) or tcg "
+                              "(software emulation: slow, for review)."),
             click.option("--allow-build-host", "allow_build_hosts", multiple=True, metavar="HOST[:PORT]",
                          help="Let build hooks reach this host through pipguard's filtering proxy "
                               "(Rust/Go sdists fetching crates or modules); every destination is "

@@ -60,6 +60,8 @@ class InstallOptions:
     - ``build_hosts``: destinations hook calls may reach through pipguard's
       filtering proxy (``--allow-build-host``); empty: no network.
     - ``build_timeout``: seconds per hook call; None: no limit.
+    - ``vm_accel``: under ``isolation="vm"``, how each hook call's guest runs
+      (``kvm``/``tcg``: a VM per hook call, docs/sandbox.md "VM backend").
     - ``allow_read``/``allow_write``: extra roots for every hook call.
     - ``project``: the project's policy file (:mod:`pipguard.policyfile`): its
       approvals and per-package build hosts (its roots and variables are
@@ -69,6 +71,7 @@ class InstallOptions:
     pip_args: Tuple[str, ...]
     python: Optional[str] = None
     isolation: str = "auto"
+    vm_accel: str = "kvm"
     sandbox_only: bool = False
     binary_only: bool = False
     probe_imports: bool = False
@@ -298,6 +301,7 @@ class Installer:
             timeout=self.options.build_timeout, keep_env=self.options.keep_env,
             observe_reads=self.options.observe_reads, extra_read=self.options.allow_read,
             extra_write=self.options.allow_write, limits=dict(self.options.limits))
+        policy = dataclasses.replace(policy, vm_accel=self.options.vm_accel)
         with _stdio(fds):
             report = run(list(call.argv), policy, cwd=call.cwd, env=call.env)
         if report.error and report.error.startswith("interrupted"):
@@ -441,7 +445,7 @@ class Installer:
                 owner = owners.get(module, module)
                 policy = Policy(isolation=self.options.isolation, allow_read=(target,),
                                 keep_env=self.options.keep_env, observe_reads=self.options.observe_reads,
-                                timeout=self.options.build_timeout)
+                                timeout=self.options.build_timeout, vm_accel=self.options.vm_accel)
                 code = f"import sys; sys.path.insert(0, {target!r}); import {module}"
                 # the stage is read-only to the probe (and thrown away): without this,
                 # Python's import system tries to cache bytecode there, a refused write

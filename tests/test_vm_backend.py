@@ -1,7 +1,8 @@
 """The VM backend (``--isolation vm``, pipguard/backends/vm.py), under TCG.
 
 Few and slow on purpose: every test here boots a real QEMU guest (software
-emulation: ~20-50 s each on a loaded 2-vCPU host). They need qemu-system-x86,
+emulation: ~20-50 s each on a loaded 2-vCPU host; the sdist install boots one
+per hook call). They need qemu-system-x86,
 a /boot kernel with its modules and busybox-static (``.ci/run`` installs them);
 missing, they skip (fail under PIPGUARD_REQUIRE_ALL_LAYERS=1).
 """
@@ -18,8 +19,9 @@ import pytest
 from pipguard.backends import vm
 from pipguard.errors import LayerUnavailable, PolicyError
 from pipguard.policy import Policy
-from support import gates
+from support import gates, requires
 from support.env import clean_env
+from test_os_layer_e2e import nobody_python, nobody_setup  # noqa: F401 (fixtures)
 
 _tools, _parts = vm.find_tools()
 _missing = "; ".join(f"{p.name}: {p.reason}" for p in _parts if p.reason)
@@ -157,8 +159,128 @@ def test_without_working_kvm_vm_exits_2_with_the_reason(tmp_path, fake_home):
 def test_vm_policy_settings_are_checked(tmp_path):
     with pytest.raises(PolicyError, match="vm_accel"):
         Policy(isolation="vm", vm_accel="hvf")
-    with pytest.raises(LayerUnavailable, match="no network"):
+    with pytest.raises(LayerUnavailable, match="no full network"):
         vm.run(["true"], Policy(isolation="vm", vm_accel="tcg", allow_network=True), cwd=str(tmp_path))
+
+
+GUEST_FETCH = r"""
+import errno, json, os, socket, sys, urllib.error, urllib.request
+allowed, denied = sys.argv[1], sys.argv[2]
+out = {"proxy": os.environ.get("HTTP_PROXY")}
+out["allowed"] = urllib.request.urlopen(allowed, timeout=120).read().decode()
+try:
+    urllib.request.urlopen(denied, timeout=120).read()
+    out["denied"] = "read"
+except urllib.error.HTTPError as exc:
+    out["denied"] = exc.code
+host, port = allowed.split("/")[2].split(":")
+s = socket.socket()
+s.settimeout(5)
+try:
+    s.connect((host, int(port))); out["direct"] = "connected"
+except OSError as exc:
+    out["direct"] = errno.errorcode.get(exc.errno, str(exc))
+with open("fetch.json", "w") as fh:
+    json.dump(out, fh)
+"""
+
+# as the guest's root, before pipguard starts in the guest (no sandbox at all):
+# the VM itself has no route to the host, neither to QEMU's usual host alias
+# (10.0.2.2 under user-mode networking) nor to the host's loopback
+GUEST_ROUTES = ("for t in 10.0.2.2 127.0.0.1; do "
+                "if echo x | $BB nc -w 3 $t {port}; then echo pg-direct-$t-connected; "
+                "else echo pg-direct-$t-failed; fi; done")
+
+
+def test_build_hosts_only_through_the_host_proxy(tmp_path, fake_home, loopback_tcp):
+    """--allow-host under vm: the allowed loopback server is reached through the host's filtering
+    proxy over the VM's relay; a host not allowed is refused by that proxy and reported (quiet: a
+    direct connect from the sandbox; loud: a proxied request), and the guest has no other route."""
+    import functools
+    import http.server
+    import threading
+
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "crate.txt").write_text("crate-bytes")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    handler.log_message = lambda *a, **k: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "fetch.py").write_text(GUEST_FETCH)
+    try:
+        result = _pipguard(["run", "--isolation", "vm", "--vm-accel", "tcg", "--allow-host", f"127.0.0.1:{port}",
+                            "--report", str(tmp_path / "r.json"), "--", sys.executable, "fetch.py",
+                            f"http://127.0.0.1:{port}/crate.txt", f"http://127.0.0.1:{loopback_tcp.port}/x"],
+                           cwd=build, home=fake_home.path, prelude=GUEST_ROUTES.format(port=port))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.returncode == 0, result.stderr[-3000:]
+    fetched = json.loads((build / "fetch.json").read_text())
+    assert fetched["proxy"].startswith("http://127.0.0.1:")  # the guest's relay, set by the guest's plan
+    assert fetched["allowed"] == "crate-bytes"
+    assert fetched["denied"] == 403 and loopback_tcp.received == []  # failed, nothing reached it
+    assert fetched["direct"] != "connected"
+    report = json.loads((tmp_path / "r.json").read_text())
+    tail = "\n".join(report["vm"]["console_tail"])
+    assert "pg-direct-10.0.2.2-failed" in tail and "pg-direct-127.0.0.1-failed" in tail, tail
+    assert report["vm"]["network"]["channel"] == "virtio-serial"
+    assert report["vm"]["network"]["connections"] >= 2
+    events = report["events"]
+    proxied = {(e["target"], e["action"]) for e in events if e["layer"] == "proxy"}
+    assert (f"127.0.0.1:{port}", "allowed") in proxied, events
+    assert (f"127.0.0.1:{loopback_tcp.port}", "blocked") in proxied, events  # loud: reported
+    # quiet: the sandbox's own connect, refused and reported by the guest's supervisor
+    assert any(e["kind"] == "network" and e["action"] == "blocked" and e["layer"] != "proxy"
+               and e["target"] == f"127.0.0.1:{port}" for e in events), events
+    network = {(n["address"], n["port"], n["action"]) for n in report["network"]}
+    assert ("127.0.0.1", port, "allowed") in network and ("127.0.0.1", loopback_tcp.port, "blocked") in network
+    assert report["verdict"] == "blocked"
+
+
+def test_sdist_install_runs_each_hook_call_in_a_vm(tmp_path, fake_home, links, target):
+    """install --sandbox --isolation vm: pip's hook calls for a real sdist, each in a guest of
+    its own (docs/sandbox.md, "VM backend": per hook call), and the package is installed."""
+    from support.pipinstall import pg_install, site_import
+
+    started = time.monotonic()
+    proc, report = pg_install(["--isolation", "vm", "--vm-accel", "tcg", "legit_pure"], home=fake_home,
+                              target=target, route=links, cwd=tmp_path, timeout=1800)
+    took = time.monotonic() - started
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert site_import(target, "legit_pure").returncode == 0
+    phases = [(p["name"], p["duration"]) for p in report["phases"]]
+    assert "build_wheel" in [name for name, _ in phases], phases
+    assert "vm" in report["isolation"]["applied"] and "vm.kvm" in report["isolation"]["unavailable"]
+    print(f"vm install: {took:.1f} s, phases {phases}")  # the figures in docs/sandbox.md
+
+
+@requires("root")
+@pytest.mark.xfail(strict=True, reason="as a non-root guest user the guest's pipguard fails to exec the command "
+                   "(ENOSYS) on the guest's 6.1 kernel; not diagnosed yet (docs/sandbox.md, VM backend limits)")
+def test_vm_as_nobody(nobody_setup):  # noqa: F811 (the imported fixture)
+    """Unprivileged: QEMU under TCG needs no /dev/kvm and no privilege; the report says nobody ran it."""
+    home, work = nobody_setup
+    report_path = work / "r.json"
+    from support.users import run_as_nobody
+
+    result = run_as_nobody([sys.executable, "-m", "pipguard", "run", "--isolation", "vm", "--vm-accel", "tcg",
+                            "--report", str(report_path), "--", sys.executable, "-c",
+                            "import os; open('made.txt', 'w').write(str(os.getuid()))"],
+                           cwd=work, env=home.env(), capture_output=True, text=True, timeout=600)
+    assert report_path.exists(), result.stderr[-3000:]
+    report = json.loads(report_path.read_text())
+    assert result.returncode == 0, (result.stderr[-3000:], report["vm"].get("console_tail"),
+                                    report["vm"].get("qemu_stderr"))
+    assert report["host"]["euid"] == 65534
+    assert "vm" in report["isolation"]["applied"] and report["vm"]["guest_report"] is True
+    made = work / "made.txt"
+    assert made.read_text() == "65534"  # in the guest too, pipguard runs as the host user's uid
+    assert made.stat().st_uid == 65534  # on the host: a file of nobody's, written by nobody's QEMU
 
 
 def test_auto_never_picks_vm(tmp_path):

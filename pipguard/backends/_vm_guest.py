@@ -2,11 +2,20 @@
 
 The guest's init (a busybox shell script in the initramfs) runs
 ``python -m pipguard.backends._vm_guest CONFIG PORT`` as guest root, after it
-mounted the host's shares. This runs the command exactly as ``pipguard run``
+mounted the host's shares; this switches to the host user's uid first when
+that is not root (as on the host, pipguard then runs unprivileged). This runs the command exactly as ``pipguard run``
 would inside the guest (audit hook, Landlock as far as the guest kernel has it,
 seccomp, the supervisor: :func:`pipguard.sandbox.run`) and writes the report,
 as JSON followed by :data:`END`, to the virtio-serial port ``PORT``: a channel
 of its own, never the command's stdout or stderr.
+
+With build hosts (``config["net_device"]``) the sandbox's proxy is a
+:class:`~pipguard.backends._vm_relay.GuestRelay` on that virtio-serial port
+instead of a proxy of its own: the guest has no route to any host, and the
+host's proxy decides and records every destination. It stands in for
+:class:`pipguard.proxy.IndexProxy` here, in this process only (the guest's
+pipguard is started for this one run), so that the guest runs exactly the
+code ``run`` runs on a host, supervisor-connected proxy sockets included.
 
 A failure of pipguard itself in the guest (the command is missing there, a
 required layer is absent) is sent as ``{"guest_error": message, "hint": ...}``.
@@ -15,6 +24,7 @@ required layer is absent) is sent as ``{"guest_error": message, "hint": ...}``.
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 #: the line that ends a complete message on the report port (a guest killed or
@@ -41,6 +51,21 @@ def main(argv) -> int:
 
     # the guest's root holds nothing of the host's: the VM is the boundary here
     sandbox_user.IN_VM_GUEST = True
+    uid, gid = int(config.get("uid", 0)), int(config.get("gid", 0))
+    if uid != 0:
+        # the host user's uid, as on the host: the shares show the host's owners (a
+        # build dir of nobody's is nobody's), and the guest's root, without its
+        # capabilities in the sandbox, could not write there
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
+    if config.get("net_device"):
+        import functools
+
+        from pipguard import proxy
+        from pipguard.backends._vm_relay import GuestRelay
+
+        proxy.IndexProxy = functools.partial(GuestRelay, config["net_device"])  # type: ignore[assignment,misc]
 
     try:
         report = run(config["argv"], Policy.from_mapping(config["policy"]), cwd=config["cwd"],

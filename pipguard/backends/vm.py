@@ -21,7 +21,12 @@ What the host builds for one run, and why each part is this way:
   attributes on the host, never applied. A guest root can therefore not plant
   a setuid-root file or a device node in the build directory. The cost: files
   the guest creates are mode 0644 (directories 0755) on the host, without an
-  executable bit (the guest sees its own modes).
+  executable bit (the guest sees its own modes during its run). After the
+  run those ``user.virtfs.*`` attributes are removed (:func:`_strip_mapped`):
+  the next VM reads the tree through a read-only share (model ``none``: host
+  symlinks must stay readable, which the mapped models cannot do), where they
+  would be plain attributes that ``shutil.copy2`` copies into a mapped share,
+  which QEMU refuses (pip's metadata directory between two hook calls).
 - **Inside**, the guest's init mounts the shares and runs
   :mod:`pipguard.backends._vm_guest`, i.e. :func:`pipguard.sandbox.run` with
   ``isolation="auto"``: the audit hook, Landlock as far as the guest kernel
@@ -29,10 +34,14 @@ What the host builds for one run, and why each part is this way:
   back on a virtio-serial port of its own; the command's stdout and stderr on
   two more ports, straight to this process's stdout and stderr; the guest
   kernel's console to a file whose tail goes into the report.
-- **No network device** (``-nic none``). Plans that need the network are
-  refused for now (docs/sandbox.md, "VM backend", has the design for the
-  index proxy: a restricted user-mode network whose only route is a
-  ``guestfwd`` to the proxy).
+- **No network device** (``-nic none``), ever. A plan with build hosts
+  (``allow_hosts``) gets one more virtio-serial port, ``net``, whose only
+  far end is the host's filtering proxy (:mod:`pipguard.proxy`, started here
+  for the run): the guest's pipguard relays its sandbox's proxy connections
+  over it (:mod:`pipguard.backends._vm_relay`, which says why this is not
+  user-mode networking with a ``guestfwd``). The host's proxy decides every
+  destination, and its records are merged into the report as under ``run``.
+  Full network (``allow_network``) is refused under vm.
 - **Acceleration**: KVM where a probe boot shows it works (cached per host
   boot); TCG (software emulation, slow) only when asked (``vm_accel="tcg"``).
 - **QEMU itself** runs with its seccomp sandbox on (``-sandbox on``: no
@@ -86,6 +95,8 @@ CONSOLE_TAIL_LINES = 40
 #: the report port's content is read up to this size (the guest is untrusted)
 REPORT_LIMIT = 64 << 20
 NINEP = "trans=virtio,version=9p2000.L,msize=262144"
+#: the guest's end of the channel to the host's proxy (the init names ports /dev/pg.NAME)
+NET_DEVICE = "/dev/pg.net"
 _ANSI = re.compile(r"\x1b\[[;?0-9]*[a-zA-Z]|\x1bc|\r")
 
 # The guest's /init. Runs as the guest's root; everything the host decided for
@@ -95,6 +106,7 @@ BB=/.pg/busybox
 $BB mount -t proc proc /proc
 $BB mount -t sysfs sys /sys
 $BB mount -t devtmpfs dev /dev
+$BB ip link set lo up 2>/dev/null || $BB ifconfig lo 127.0.0.1 up
 for m in @MODULES@; do $BB insmod /.pg/modules/$m.ko || echo "pipguard-vm: insmod $m failed"; done
 case " $($BB cat /proc/cmdline) " in
   *" pipguard.probe "*) echo "@PROBE_OK@"; $BB reboot -f;;
@@ -104,13 +116,18 @@ $BB mount -t 9p -o @NINEP@,ro pgcfg /run/pipguard || echo "pipguard-vm: no confi
 . /run/pipguard/env.sh
 . /run/pipguard/mounts.sh
 n=0
-while [ ! -e /dev/pg.report ] && [ $n -lt 50 ]; do
+while [ $n -lt 50 ]; do
   for d in /sys/class/virtio-ports/*; do
     [ -e "$d/name" ] && $BB ln -sf "/dev/${d##*/}" "/dev/pg.$($BB cat "$d/name")"
   done
-  [ -e /dev/pg.report ] || $BB sleep 0.1
+  missing=
+  for p in $PG_PORTS; do [ -e "/dev/pg.$p" ] || missing=$p; done
+  [ -z "$missing" ] && break
+  $BB sleep 0.1
   n=$((n+1))
 done
+# the guest's pipguard runs as the host user's uid (see _vm_guest): its channels must be its own
+[ "$PG_UID" = 0 ] || $BB chown "$PG_UID:$PG_GID" /dev/pg.*
 [ -f /run/pipguard/prelude.sh ] && . /run/pipguard/prelude.sh
 cd "$PG_CWD" && $BB env -i PATH=/usr/bin:/bin "$PG_PYTHON" -m pipguard.backends._vm_guest \
   /run/pipguard/config.json /dev/pg.report </dev/null >/dev/pg.stdout 2>/dev/pg.stderr
@@ -318,7 +335,7 @@ def initramfs(tools: Tools) -> str:
 
 def _qemu_argv(tools: Tools, initrd: str, accel: str, *, console: str, append: str = "",
                memory_mb: int = 512, ports: Sequence[Tuple[str, str]] = (),
-               shares: Sequence[Tuple[str, Share]] = ()) -> List[str]:
+               shares: Sequence[Tuple[str, Share]] = (), net_socket: Optional[str] = None) -> List[str]:
     argv = [tools.qemu, "-M", MACHINE, "-accel", accel, "-cpu", "host" if accel == "kvm" else "max",
             "-m", str(memory_mb), "-smp", str(min(4, os.cpu_count() or 1)) if accel == "kvm" else "1",
             "-nodefaults", "-no-user-config", "-display", "none", "-monitor", "none", "-no-reboot",
@@ -331,6 +348,9 @@ def _qemu_argv(tools: Tools, initrd: str, accel: str, *, console: str, append: s
         for name, path in ports:
             argv += ["-chardev", f"file,id={name},path={path},append=on",
                      "-device", f"virtserialport,chardev={name},name={name}"]
+        if net_socket is not None:  # QEMU connects to our listener at start (a client chardev)
+            argv += ["-chardev", f"socket,id=net,path={_qemu_escape(net_socket)}",
+                     "-device", "virtserialport,chardev=net,name=net"]
     for tag, share in shares:
         model = "mapped-xattr,fmode=0644,dmode=0755" if share.writable else "none,readonly=on"
         argv += ["-fsdev", f"local,id={tag},path={_qemu_escape(share.path)},security_model={model}",
@@ -495,8 +515,8 @@ def _memory_mb(policy) -> int:
 
 def _output_path(fd: int, run_dir: str, name: str) -> Tuple[str, bool]:
     """Where QEMU writes a guest stream: this process's own fd ``fd``
-    reopened through /proc when it is a terminal or a pipe (the output
-    streams), else a file copied to ``fd`` at the end (True): a regular file
+    reopened through /proc when it is a terminal or a pipe we may reopen
+    (the output streams), else a file copied to ``fd`` at the end (True): a regular file
     reopened would have its own offset, and this process's later writes to
     ``fd`` would overwrite the guest's."""
     try:
@@ -504,7 +524,13 @@ def _output_path(fd: int, run_dir: str, name: str) -> Tuple[str, bool]:
     except OSError:
         return os.devnull, False
     if stat.S_ISFIFO(mode) or stat.S_ISCHR(mode):
-        return f"/proc/{os.getpid()}/fd/{fd}", False
+        try:
+            # QEMU runs as this user: it can reopen the pipe only if we can (a pipe
+            # another user made and handed to us, e.g. root's to nobody's, is mode 0600)
+            os.close(os.open(f"/proc/self/fd/{fd}", os.O_WRONLY | os.O_CLOEXEC))
+            return f"/proc/{os.getpid()}/fd/{fd}", False
+        except OSError:
+            pass  # then copied at the end, not streamed
     return os.path.join(run_dir, name), True
 
 
@@ -524,6 +550,23 @@ def _read_guest_message(path: str) -> Optional[Dict[str, Any]]:
     return message if isinstance(message, dict) else None
 
 
+def preflight(accel: str) -> Tools:
+    """The tools of a boot under ``accel``, or :class:`LayerUnavailable`
+    with the reason (exit 2 at the CLI, before anything ran): install and
+    sandbox call it before pip starts."""
+    tools, parts = find_tools()
+    if tools is None:
+        raise LayerUnavailable("the VM backend is unavailable: " + Probe(NAME, parts).reason,
+                               hint="pipguard doctor lists what is missing")
+    if accel == "kvm":
+        ok, reason = kvm_status(tools)
+        if not ok:
+            raise LayerUnavailable(f"KVM does not work here: {reason}",
+                                   hint="add --vm-accel tcg to run under software emulation (slow), "
+                                        "or use --isolation auto")
+    return tools
+
+
 def run(argv: Sequence[str], policy, *, cwd: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
         record_build_dir: bool = False, progress=None, unsafe_guest_prelude: Optional[str] = None):
     """Run ``argv`` in a VM under ``policy`` (``policy.isolation == "vm"``)
@@ -532,46 +575,41 @@ def run(argv: Sequence[str], policy, *, cwd: Optional[str] = None, env: Optional
     Raises :class:`~pipguard.errors.LayerUnavailable` before anything runs
     when qemu, a kernel or a static busybox is missing, when
     ``policy.vm_accel`` is ``"kvm"`` and KVM does not work here, or when the
-    policy needs the network (not implemented yet). ``unsafe_guest_prelude``
+    policy asks for the whole network (``allow_hosts`` is served: see the
+    module's docstring). ``unsafe_guest_prelude``
     is shell code the guest's init runs as guest root before pipguard starts
     (tests use it to crash the guest kernel); never take it from a user.
     """
     from pipguard.plan import cleanup, make_plan
 
     notify = progress or (lambda message: None)
-    if policy.allow_network or policy.allow_hosts:
-        raise LayerUnavailable("the VM backend has no network yet: --allow-network and --allow-host "
-                               "cannot be used with --isolation vm",
-                               hint="use --isolation auto for builds that need the network")
-    tools, parts = find_tools()
-    if tools is None:
-        raise LayerUnavailable("the VM backend is unavailable: " + Probe(NAME, parts).reason,
-                               hint="pipguard doctor lists what is missing")
+    if policy.allow_network:
+        raise LayerUnavailable("the VM backend gives no full network: --allow-network cannot be used "
+                               "with --isolation vm",
+                               hint="name the hosts the build needs (--allow-host / --allow-build-host): "
+                                    "the guest reaches them through pipguard's filtering proxy")
+    tools = preflight(policy.vm_accel)
     accel = policy.vm_accel
-    if accel == "kvm":
-        ok, reason = kvm_status(tools)
-        if not ok:
-            raise LayerUnavailable(f"KVM does not work here: {reason}",
-                                   hint="add --vm-accel tcg to run under software emulation (slow), "
-                                        "or use --isolation auto")
     argv = [os.fspath(a) for a in argv]
     source_env = dict(os.environ if env is None else env)
-    plan = make_plan(argv, policy, cwd=cwd, env=source_env)
+    proxy = _start_proxy(policy.allow_hosts)
     try:
-        return _run_planned(plan, policy, tools, accel, source_env, record_build_dir, notify,
-                            unsafe_guest_prelude)
+        # the host's plan names the host's proxy (the guest's pipguard plans its own relay)
+        plan = make_plan(argv, policy, cwd=cwd, env=source_env, proxy_port=proxy.port if proxy else None)
+        try:
+            return _run_planned(plan, policy, tools, accel, source_env, record_build_dir, notify,
+                                unsafe_guest_prelude, proxy)
+        finally:
+            cleanup(plan)
     finally:
-        cleanup(plan)
+        if proxy is not None:
+            proxy.__exit__(None, None, None)
 
 
 def _run_planned(plan, policy, tools: Tools, accel: str, source_env: Mapping[str, str],
-                 record_build_dir: bool, notify, prelude: Optional[str]):
-    from pipguard import __version__, files
+                 record_build_dir: bool, notify, prelude: Optional[str], proxy):
     from pipguard.plan import _etc_entries as etc_entries
     from pipguard.plan import scrub_env
-    from pipguard.report import LayerStatus, Report
-    from pipguard.report import from_json as report_from_json
-    from pipguard.sandbox import _host_summary
 
     started_at = time.time()
     run_dir = plan.run_dir
@@ -586,7 +624,9 @@ def _run_planned(plan, policy, tools: Tools, accel: str, source_env: Mapping[str
 
     # What the guest's init reads (mounts.sh is generated: every path quoted)
     q = shlex.quote
-    mounts = ["$BB mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /tmp"]
+    # the kernel's built-in initramfs part makes /root mode 0700; in the guest it holds only
+    # mount points (a pyenv interpreter in /root/.pyenv), which a non-root guest user must reach
+    mounts = ["$BB mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /tmp", "$BB chmod 0755 /root"]
     for link, target in links:
         mounts.append(f"$BB ln -s {q(target)} {q(link)}")
     tagged = [(f"s{i}", share) for i, share in enumerate(shares)]
@@ -599,23 +639,132 @@ def _run_planned(plan, policy, tools: Tools, accel: str, source_env: Mapping[str
     with open(os.path.join(guest_dir, "mounts.sh"), "w", encoding="utf-8") as fh:
         fh.write("\n".join(mounts) + "\n")
     with open(os.path.join(guest_dir, "env.sh"), "w", encoding="utf-8") as fh:
-        fh.write(f"PG_CWD={q(plan.cwd)}\nPG_PYTHON={q(sys.executable)}\n")
+        fh.write(f"PG_CWD={q(plan.cwd)}\nPG_PYTHON={q(sys.executable)}\n"
+                 f"PG_PORTS={q(' '.join(['report', 'stdout', 'stderr'] + ['net'] * bool(proxy)))}\n"
+                 f"PG_UID={os.getuid()}\nPG_GID={os.getgid()}\n")
     if prelude:
         with open(os.path.join(guest_dir, "prelude.sh"), "w", encoding="utf-8") as fh:
             fh.write(prelude + "\n")
     kept, _removed = scrub_env(source_env, policy.keep_env)
     inner = dict(policy.to_json(), isolation="auto", timeout=None, vm_accel="kvm")
     with open(os.path.join(guest_dir, "config.json"), "w", encoding="utf-8") as fh:
-        json.dump({"argv": list(plan.argv), "cwd": plan.cwd, "env": kept, "policy": inner}, fh)
+        json.dump({"argv": list(plan.argv), "cwd": plan.cwd, "env": kept, "policy": inner,
+                   "uid": os.getuid(), "gid": os.getgid(),
+                   "net_device": NET_DEVICE if proxy else None}, fh)
 
     console = os.path.join(run_dir, "console.log")
     report_port = os.path.join(run_dir, "report.out")
     stdout, copy_out = _output_path(1, run_dir, "stdout.out")
     stderr, copy_err = _output_path(2, run_dir, "stderr.out")
-    qemu_argv = _qemu_argv(
-        tools, initramfs(tools), accel, console=console, memory_mb=_memory_mb(policy),
-        ports=(("report", report_port), ("stdout", stdout), ("stderr", stderr)),
-        shares=[*tagged, ("pgcfg", Share(guest_dir, False)), ("pgetc", Share(os.path.join(run_dir, "etc"), False))])
+    network = _Network.start(proxy, os.path.join(run_dir, "net.sock")) if proxy else None
+    try:
+        qemu_argv = _qemu_argv(
+            tools, initramfs(tools), accel, console=console, memory_mb=_memory_mb(policy),
+            ports=(("report", report_port), ("stdout", stdout), ("stderr", stderr)),
+            shares=[*tagged, ("pgcfg", Share(guest_dir, False)),
+                    ("pgetc", Share(os.path.join(run_dir, "etc"), False))],
+            net_socket=network.relay.path if network else None)
+        return _boot(plan, policy, tools, accel, qemu_argv, shares, network, record_build_dir,
+                     write_roots, notify, started_at, console, report_port,
+                     ((copy_out, stdout, 1), (copy_err, stderr, 2)))
+    finally:
+        if network is not None:
+            network.stop()
+
+
+def _start_proxy(hosts):
+    """The host's filtering proxy for the plan's hosts, serving (None: no hosts)."""
+    if not hosts:
+        return None
+    from pipguard.proxy import Destination, IndexProxy
+
+    return IndexProxy(tuple(Destination(h.host, h.port) for h in hosts)).__enter__()
+
+
+@dataclass(frozen=True)
+class _Network:
+    """A run's only network: the host's filtering proxy for the plan's
+    hosts (stopped by :func:`run`), and the relay QEMU's ``net`` port connects to."""
+
+    proxy: Any  # pipguard.proxy.IndexProxy
+    relay: Any  # pipguard.backends._vm_relay.HostRelay
+
+    @classmethod
+    def start(cls, proxy, socket_path: str) -> "_Network":
+        from pipguard.backends._vm_relay import HostRelay
+
+        return cls(proxy, HostRelay(socket_path, proxy.port).start())
+
+    def stop(self) -> None:
+        self.relay.stop()
+
+
+#: the attributes QEMU's mapped-xattr model keeps a guest's owner, mode and file type in
+MAPPED_PREFIX = "user.virtfs."
+
+
+def _strip_mapped(root: str) -> None:
+    """Remove QEMU's mapped attributes under ``root`` (without following
+    symlinks): the host never applied them, and the next VM must see the
+    files as the host does."""
+    def strip(path: str) -> None:
+        try:
+            for name in os.listxattr(path, follow_symlinks=False):
+                if name.startswith(MAPPED_PREFIX):
+                    os.removexattr(path, name, follow_symlinks=False)
+        except OSError:
+            pass  # gone, or a filesystem without xattrs (then QEMU kept none either)
+
+    strip(root)
+    for top, dirs, names in os.walk(root):
+        for name in (*dirs, *names):
+            strip(os.path.join(top, name))
+
+
+def _merge_proxy(guest, network: Optional[_Network], max_events: int):
+    """The guest's events and destinations with the host proxy's records
+    added, as ``run`` adds its proxy's (one event per destination and
+    outcome; the guest's pid of a request is not known on the host: 0).
+    Returns (events renumbered by time, network attempts, events dropped)."""
+    from pipguard.report import Event, NetworkAttempt
+
+    events = list(guest.events) if guest else []
+    attempts = list(guest.network) if guest else []
+    dropped = guest.events_dropped if guest else 0
+    if network is None:
+        return tuple(events), tuple(attempts), dropped
+    seen = set()
+    for when, action, host, port, how, _client in list(network.proxy.records):
+        protocol = "https" if how == "CONNECT" else "http"
+        target = f"{host}:{port}"
+        if (target, action) in seen:
+            continue
+        if len(events) >= max_events:
+            dropped += 1
+            continue
+        seen.add((target, action))
+        rule = "index-allowed" if action == "allowed" else "not-an-index"
+        events.append(Event(0, when, "network", action, "proxy", 0, target, rule,
+                            {"protocol": protocol, "method": how, "host": host, "port": port,
+                             "seen": "the host's proxy, through the VM's relay"}))
+        attempt = NetworkAttempt("inet", protocol, host, port, host, action, 0, "proxy")
+        if attempt not in attempts:
+            attempts.append(attempt)
+    ordered = sorted(events, key=lambda e: (e.time, e.seq))
+    renumbered = tuple(Event(i + 1, e.time, e.kind, e.action, e.layer, e.pid, e.target, e.rule, e.detail)
+                       for i, e in enumerate(ordered))
+    return renumbered, tuple(attempts), dropped
+
+
+def _boot(plan, policy, tools: Tools, accel: str, qemu_argv: List[str], shares: Sequence[Share],
+          network: Optional["_Network"], record_build_dir: bool, write_roots: Sequence[str], notify,
+          started_at: float, console: str, report_port: str, copies):
+    from pipguard import __version__, files
+    from pipguard.report import LayerStatus, Report
+    from pipguard.report import from_json as report_from_json
+    from pipguard.sandbox import _host_summary
+
+    run_dir = plan.run_dir
 
     roots = [r for r in write_roots if record_build_dir or r != plan.cwd]
     before = files.snapshot(roots)
@@ -636,11 +785,14 @@ def _run_planned(plan, policy, tools: Tools, accel: str, source_env: Mapping[str
         if proc.poll() is None:
             proc.kill()
         proc.wait()
-    for copy, path, fd in ((copy_out, stdout, 1), (copy_err, stderr, 2)):
+    for copy, path, fd in copies:
         if copy and os.path.exists(path):
             with open(path, "rb") as fh, os.fdopen(os.dup(fd), "wb") as out:
                 shutil.copyfileobj(fh, out)
 
+    for share in shares:
+        if share.writable:
+            _strip_mapped(share.path)
     written = files.changed(before, files.snapshot(roots))
     tail = _console_tail(console)
     with open(os.path.join(run_dir, "qemu.err"), "rb") as fh:
@@ -650,6 +802,8 @@ def _run_planned(plan, policy, tools: Tools, accel: str, source_env: Mapping[str
         raise PipguardError(f"in the VM: {message['guest_error']}", hint=message.get("hint"))
     vm = {"accel": accel, "machine": MACHINE, "qemu": tools.qemu, "kernel": tools.kernel.path,
           "memory_mb": _memory_mb(policy),
+          "network": ({"proxy": f"127.0.0.1:{network.proxy.port}", "channel": "virtio-serial",
+                       "connections": network.relay.opened} if network else "none"),
           "shares": [{"path": s.path, "writable": s.writable} for s in shares],
           "qemu_exit": proc.returncode, "guest_report": message is not None, "console_tail": tail}
     if qemu_err:
@@ -667,13 +821,14 @@ def _run_planned(plan, policy, tools: Tools, accel: str, source_env: Mapping[str
     unavailable = dict(guest.isolation.unavailable) if guest else {}
     if accel == "tcg":
         unavailable["vm.kvm"] = "software emulation (--vm-accel tcg) was asked for"
+    events, attempts, dropped = _merge_proxy(guest, network, policy.max_events)
     return Report(
         command=tuple(plan.argv), exit_code=guest.exit_code if guest else None,
         timed_out=timed_out or bool(guest and guest.timed_out),
         isolation=LayerStatus(policy.isolation, applied, unavailable),
-        events=guest.events if guest else (), processes=guest.processes if guest else (),
-        network=guest.network if guest else (), files_written=tuple(written),
-        env_removed=plan.env_removed, events_dropped=guest.events_dropped if guest else 0,
+        events=events, processes=guest.processes if guest else (),
+        network=attempts, files_written=tuple(written),
+        env_removed=plan.env_removed, events_dropped=dropped,
         policy=policy.to_json(), host=_host_summary(), cwd=plan.cwd, started_at=started_at,
         duration=round(time.time() - started_at, 4), error=error, tool_version=__version__,
         supervision=guest.supervision if guest else {},
