@@ -156,7 +156,8 @@ class ChildUsage:
     every process of the run that was waited for — by its parent inside the
     run, or by the keeper (the first process, orphans) — and not the keeper
     itself. ``max_rss`` is the largest single process's resident peak, not a
-    sum; ``written`` is what the kernel accounted as written to block storage
+    sum, and never below the caller's own size (the first process is a fork
+    of the caller until it execs, and the kernel keeps that peak); ``written`` is what the kernel accounted as written to block storage
     (``ru_oublock`` × 512: tmpfs, pipes and sockets do not count; a file
     deleted before it reached the disk does)."""
 

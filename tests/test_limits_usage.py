@@ -9,7 +9,6 @@ busy loop CPU seconds, a written file its bytes."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -68,11 +67,11 @@ def test_memory_peak_of_a_run(work, fake_home):
     used = _used(report, "memory")
     assert used["value"] >= 100 * MB, used
     # measured by what enforced the limit where that was a cgroup, the largest process otherwise
-    if report.limits["memory"]["by"].startswith("cgroup"):
-        assert used["scope"] == "run" and used["how"].startswith(report.limits["memory"]["by"])
-    else:
+    if not report.limits["memory"]["by"].startswith("cgroup"):
         assert used["scope"] == "process" and "ru_maxrss" in used["how"]
-    # small: a shell that only exits is measured too, far below the allocation
+        pytest.skip("no memory cgroup here: ru_maxrss, whose floor is this caller's size (docs/report.md)")
+    assert used["scope"] == "run" and used["how"].startswith(report.limits["memory"]["by"])
+    # a shell that only exits is measured too, far below the allocation
     assert _used(_run(work, fake_home, ["sh", "-c", "exit 0"]), "memory")["value"] < 100 * MB
 
 
@@ -124,10 +123,10 @@ NOBODY_CALLER = textwrap.dedent("""\
     """)
 
 
-def test_usage_as_nobody_from_rusage(nobody_setup):
+def test_usage_as_nobody_from_rusage(request):
     """Unprivileged: no cgroup is writable, the rlimits apply and the
     keeper's rusage measures the run (the process peak is not measured)."""
-    home, work = nobody_setup
+    home, work = request.getfixturevalue("nobody_setup")  # skips where nobody cannot run us
     (work / "caller.py").write_text(NOBODY_CALLER)
     runs = {"allocate": [sys.executable, "-c", ALLOCATE], "busy": [sys.executable, "-c", BUSY],
             "write": [sys.executable, "-c", WRITE]}
