@@ -42,7 +42,7 @@ MIB = 1 << 20
 
 
 def _mib(value) -> str:
-    return "—" if value is None else f"{value / MIB:,.0f}"
+    return "—" if value is None else f"{value / MIB:,.1f}"
 
 
 def install(spec: str, args, root: str) -> dict:
