@@ -28,7 +28,9 @@ with ``os.write``. Its life:
 
 Protocol on the caller's socket, one ASCII line each way:
 ``root PID`` (with the pidfd as SCM_RIGHTS), ``exit PID STATUS`` (raw wait
-status); from the caller only ``end`` or end of file.
+status), ``usage UTIME_US STIME_US MAXRSS_KIB OUBLOCK`` (its
+``getrusage(RUSAGE_CHILDREN)`` after each reap, before ``exit``); from the
+caller only ``end`` or end of file.
 """
 
 from __future__ import annotations
@@ -89,6 +91,14 @@ def _send(fd: int, text: str) -> None:
             return  # the caller is gone; step 4 follows
 
 
+def _usage() -> str:
+    """What every process the keeper reaped (and what they waited for) used:
+    pipguard.limits.ChildUsage reads it. A syscall, no import, no lock."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (f"usage {int(ru.ru_utime * 1e6)} {int(ru.ru_stime * 1e6)} {ru.ru_maxrss} "
+            f"{ru.ru_oublock}")
+
+
 def keep(caller_fd: int, control_fd: int, config: dict) -> None:
     """The keeper's whole life (never returns: it ends in ``os._exit``)."""
     keep_fds = sorted({0, 1, 2, caller_fd, control_fd})
@@ -143,8 +153,11 @@ def keep(caller_fd: int, control_fd: int, config: dict) -> None:
                 pid = 0
             if pid == 0:
                 break
-            if pid == root:
+            if pid == root:  # what the run used so far first: the caller stops reading soon after
+                _send(caller_fd, _usage())
                 _send(caller_fd, f"exit {root} {status}")
+            else:
+                _send(caller_fd, _usage())  # an orphan: its time and peak count too
         if ending:
             left = process_tree(os.getpid())
             if not left:

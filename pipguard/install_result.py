@@ -172,7 +172,8 @@ class InstallResult:
             if approval is not None:
                 _mark_accepted(event, approval)
         data["phases"] = [{"name": p.name, "package": p.package, "verdict": p.verdict,
-                           "exit_code": p.report.exit_code, "duration": p.report.duration}
+                           "exit_code": p.report.exit_code, "duration": p.report.duration,
+                           "limits": p.report.limits, "limit_hit": p.report.limit_hit}
                           for p in self.phases]
         data["packages"] = [
             {"name": p.name, "version": p.version, "artifact": p.artifact, "sha256": p.sha256,

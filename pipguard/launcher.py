@@ -16,6 +16,7 @@ from typing import Callable, Dict, Optional, Sequence, Tuple
 from pipguard import notify
 from pipguard.backends import Entered
 from pipguard.errors import KernelError, LayerUnavailable, PipguardError
+from pipguard.limits import ChildUsage
 from pipguard.plan import Plan
 
 
@@ -35,6 +36,8 @@ class ChildProcess:
         self.wait_status: Optional[int] = None
         #: pid -> raw wait status of every sandbox process the keeper reaped
         self.reaped: Dict[int, int] = {}
+        #: the keeper's last rusage of what it reaped (pipguard.limits.ChildUsage), or None
+        self.usage = None
         self._buf = b""
         self._released = False
 
@@ -65,6 +68,8 @@ class ChildProcess:
         *lines, self._buf = self._buf.split(b"\n")
         for line in lines:
             parts = line.split()
+            if len(parts) == 5 and parts[0] == ChildUsage.PREFIX:
+                self.usage = ChildUsage.from_fields(parts[1:]) or self.usage
             if len(parts) == 3 and parts[0] == b"exit":
                 pid, status = int(parts[1]), int(parts[2])
                 self.reaped[pid] = status

@@ -22,6 +22,13 @@ process it starts, hold for each process separately: ``RLIMIT_AS`` (memory),
 mode. The report's ``limits`` says, for each, the value, what enforced it and
 its scope.
 
+What a run used of each limit is measured after it ends (:func:`recorded`,
+the report's ``limits.*.used``), from the run's cgroups before they are
+removed (``memory.peak`` / ``memory.max_usage_in_bytes``, ``pids.peak``,
+``cpu.stat``: the whole run) or, where there is none, from the keeper's
+``getrusage(RUSAGE_CHILDREN)`` (:class:`ChildUsage`: every process of the run
+that was waited for), so that a user can size the limits from real runs.
+
 The parsers (:func:`parse_size`, :func:`parse_count`, :func:`parse_seconds`)
 are the ones every CLI flag uses (``--limit-memory 4G`` ...).
 """
@@ -121,6 +128,55 @@ class AppliedLimit:
         return {"value": self.value, "by": self.by, "scope": self.scope}
 
 
+@dataclass(frozen=True)
+class Used:
+    """What a run used of one limit, measured when it ended. ``value`` is in
+    the limit's unit (bytes, processes, seconds); None: not measured, and
+    ``how`` says why. ``how`` names the source (``cgroup1
+    memory.max_usage_in_bytes``, ``rusage ru_maxrss``...); ``scope`` is
+    ``run`` (all processes together), ``process`` (the largest single one)
+    or ``file`` (the largest file). ``largest_file``: for ``write`` only,
+    the largest file in the report's ``files_written``."""
+
+    value: Optional[float]
+    how: str
+    scope: str
+    largest_file: Optional[int] = None
+
+    def to_json(self) -> dict:
+        data = {"value": self.value, "how": self.how, "scope": self.scope}
+        if self.largest_file is not None:
+            data["largest_file"] = self.largest_file
+        return data
+
+
+@dataclass(frozen=True)
+class ChildUsage:
+    """``getrusage(RUSAGE_CHILDREN)`` of a run's keeper (pipguard._keeper):
+    every process of the run that was waited for — by its parent inside the
+    run, or by the keeper (the first process, orphans) — and not the keeper
+    itself. ``max_rss`` is the largest single process's resident peak, not a
+    sum, and never below the caller's own size (the first process is a fork
+    of the caller until it execs, and the kernel keeps that peak); ``written`` is what the kernel accounted as written to block storage
+    (``ru_oublock`` × 512: tmpfs, pipes and sockets do not count; a file
+    deleted before it reached the disk does)."""
+
+    cpu_seconds: float
+    max_rss: int
+    written: int
+
+    #: the keeper's line: ``usage UTIME_US STIME_US MAXRSS_KIB OUBLOCK``
+    PREFIX = b"usage"
+
+    @classmethod
+    def from_fields(cls, fields: List[bytes]) -> Optional["ChildUsage"]:
+        try:
+            utime, stime, rss_kib, oublock = (int(f) for f in fields)
+        except ValueError:
+            return None
+        return cls(round((utime + stime) / 1e6, 3), rss_kib * 1024, oublock * 512)
+
+
 def _mounts() -> Tuple[Optional[str], Dict[str, str]]:
     """The cgroup2 mount point, and controller -> cgroup v1 mount point."""
     v2: Optional[str] = None
@@ -165,6 +221,23 @@ def _write(path: str, value: str) -> None:
 def _read(path: str) -> str:
     with open(path) as fh:
         return fh.read()
+
+
+def _number_in(path: str, key: Optional[str] = None) -> Optional[int]:
+    """The number in ``path`` (a one-value file such as ``memory.peak``), or
+    the value of ``key`` in a ``name value`` file (``cpu.stat``); None when
+    the file or the key is missing (an older kernel)."""
+    try:
+        text = _read(path)
+        if key is None:
+            return int(text.split()[0])
+        for line in text.splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def _counter_in(path: str, key: str) -> int:
@@ -244,6 +317,32 @@ class RunCgroup:
         return 0
 
     applied_controllers: Tuple[str, ...] = ()
+
+    def peaks(self) -> Dict[str, Used]:
+        """What the whole run used, from its cgroups: read before :meth:`remove`
+        (the counters go with the directory). Only what this kernel has:
+        ``memory.peak`` needs Linux 5.19, ``pids.peak`` 6.1 (v1 and v2)."""
+        found: Dict[str, Used] = {}
+        sources = []
+        if self.v2 and "memory" in self.applied_controllers:
+            sources.append(("memory", self.v2, "memory.peak", "cgroup2", None))
+        elif "memory" in self.v1:
+            sources.append(("memory", self.v1["memory"], "memory.max_usage_in_bytes", "cgroup1", None))
+        if self.v2 and "pids" in self.applied_controllers:
+            sources.append(("processes", self.v2, "pids.peak", "cgroup2", None))
+        elif "pids" in self.v1:
+            sources.append(("processes", self.v1["pids"], "pids.peak", "cgroup1", None))
+        if self.v2:
+            sources.append(("cpu", self.v2, "cpu.stat", "cgroup2", "usage_usec"))
+        for name, directory, knob, version, key in sources:
+            value = _number_in(os.path.join(directory, knob), key)
+            if value is None:
+                continue
+            how = f"{version} {knob}" + (f" {key}" if key else "")
+            if name == "memory":
+                how += " (page cache included: the kernel reclaims it before an OOM kill)"
+            found[name] = Used(round(value / 1e6, 3) if key == "usage_usec" else value, how, "run")
+        return found
 
     def remove(self) -> None:
         for directory in self.dirs():
@@ -373,3 +472,35 @@ class _quiet:
 
 #: signal that ends a process over an rlimit -> limit name
 RLIMIT_SIGNALS: Dict[int, str] = {int(signal.SIGXCPU): "cpu", int(signal.SIGXFSZ): "write"}
+
+
+def measure(prepared: Prepared, usage: Optional[ChildUsage],
+            largest_file: Optional[int] = None) -> Dict[str, Used]:
+    """What the run used of each limit: the run's cgroup where it has the
+    counter (all processes together), else the keeper's rusage, else "not
+    measured". Call before the cgroup is removed."""
+    peaks = prepared.cgroup.peaks() if prepared.cgroup is not None else {}
+    if "memory" not in peaks:
+        peaks["memory"] = (Used(usage.max_rss, "rusage ru_maxrss: the largest process's resident peak "
+                                "(RLIMIT_AS counts its address space, which is larger)", "process")
+                           if usage else Used(None, "not measured: no memory cgroup and no rusage", "process"))
+    if "processes" not in peaks:
+        peaks["processes"] = Used(None, "not measured: no pids cgroup (the supervisor counts forks "
+                                  "to enforce the limit, not a peak; processes lists them all)", "run")
+    if "cpu" not in peaks:
+        peaks["cpu"] = (Used(usage.cpu_seconds, "rusage ru_utime + ru_stime of the run's processes "
+                             "that were waited for", "run")
+                        if usage else Used(None, "not measured: no cgroup2 and no rusage", "run"))
+    peaks["write"] = (Used(usage.written, "rusage ru_oublock x 512: bytes written to block storage "
+                           "by the run's processes that were waited for", "run", largest_file)
+                      if usage else Used(None, "not measured: no rusage", "run", largest_file))
+    return peaks
+
+
+def recorded(prepared: Prepared, usage: Optional[ChildUsage],
+             largest_file: Optional[int] = None) -> Dict[str, dict]:
+    """The report's ``limits``: each limit as applied (``value``, ``by``,
+    ``scope``) and what the run used of it (``used``, :func:`measure`)."""
+    used = measure(prepared, usage, largest_file)
+    return {name: dict(limit.to_json(), used=used[name].to_json())
+            for name, limit in prepared.applied.items()}

@@ -130,9 +130,11 @@ class Report:
     # thread or "python"), sync_wake_up, answered_natively, answered_by_python;
     # empty when no supervisor ran
     supervision: Dict[str, Any] = field(default_factory=dict)
-    #: limit name (memory, processes, cpu, write) -> {"value", "by", "scope"}:
-    #: what was applied and by which mechanism (pipguard.limits); mechanisms
-    #: that could not be used are in isolation.unavailable ("cgroup2"...)
+    #: limit name (memory, processes, cpu, write) -> {"value", "by", "scope",
+    #: "used"}: what was applied and by which mechanism, and what the run used
+    #: of it ({"value", "how", "scope"}, value None when not measured; see
+    #: pipguard.limits.measure); mechanisms that could not be used are in
+    #: isolation.unavailable ("cgroup2"...)
     limits: Dict[str, Any] = field(default_factory=dict)
     #: the limit that ended the run or one of its processes, or None
     limit_hit: Optional[str] = None
@@ -231,6 +233,7 @@ def from_json(data: Dict[str, Any]) -> Report:
         started_at=float(data.get("started_at") or 0.0), duration=float(data.get("duration") or 0.0),
         error=data.get("error"), tool_version=data.get("tool_version", ""),
         supervision=dict(data.get("supervision") or {}), vm=dict(data.get("vm") or {}),
+        limits=dict(data.get("limits") or {}), limit_hit=data.get("limit_hit"),
     )
 
 

@@ -223,7 +223,7 @@ def _report(plan: Plan, started, evidence, written, started_at: float,
         events_dropped=evidence.dropped, policy=plan.settings.policy_json, host=_host_summary(user),
         cwd=plan.cwd, started_at=started_at, duration=round(time.time() - started_at, 4),
         error=error, tool_version=pipguard.__version__, supervision=dict(evidence.supervision),
-        limits={name: limit.to_json() for name, limit in prepared.applied.items()},
+        limits=limits.recorded(prepared, started.process.usage, max((f.size for f in written), default=None)),
         limit_hit=evidence.limit_hit,
     )
 
