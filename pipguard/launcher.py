@@ -37,7 +37,7 @@ class ChildProcess:
         #: pid -> raw wait status of every sandbox process the keeper reaped
         self.reaped: Dict[int, int] = {}
         #: the keeper's last rusage of what it reaped (pipguard.limits.ChildUsage), or None
-        self.usage = None
+        self.usage: Optional[ChildUsage] = None
         self._buf = b""
         self._released = False
 

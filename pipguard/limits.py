@@ -323,7 +323,7 @@ class RunCgroup:
         (the counters go with the directory). Only what this kernel has:
         ``memory.peak`` needs Linux 5.19, ``pids.peak`` 6.1 (v1 and v2)."""
         found: Dict[str, Used] = {}
-        sources = []
+        sources: List[Tuple[str, str, str, str, Optional[str]]] = []
         if self.v2 and "memory" in self.applied_controllers:
             sources.append(("memory", self.v2, "memory.peak", "cgroup2", None))
         elif "memory" in self.v1:
