@@ -370,7 +370,10 @@ def _console_tail(path: str) -> List[str]:
     except OSError:
         return []
     lines = [line for line in _ANSI.sub("", text).split("\n") if line.strip()]
-    return lines[-CONSOLE_TAIL_LINES:]
+    tail = lines[-CONSOLE_TAIL_LINES:]
+    # why a guest died is its panic line, which a long call trace pushes out of the tail
+    cause = [line for line in lines[:-CONSOLE_TAIL_LINES] if "Kernel panic" in line or "Oops:" in line]
+    return ([cause[-1], "..."] if cause else []) + tail
 
 
 # -- KVM: present is not working ----------------------------------------------
