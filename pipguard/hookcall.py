@@ -99,7 +99,7 @@ class HookResult:
 
 
 def plan_call(argv: Sequence[str], cwd: str, env: Dict[str, str]) -> HookCall:
-    """Derive a :class:`HookCall` from what pip's hook client sent."""
+    """Derive a :class:`HookCall` from what pip's seam sent for one call."""
     if len(argv) != 4:
         raise HookCallRefused(f"unexpected hook command: {list(argv)[:6]}")
     python, script, hook, control_dir = (str(a) for a in argv)

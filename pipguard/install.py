@@ -558,8 +558,8 @@ def _shell_status(report: Report) -> int:
 
 
 class _stdio:
-    """Make ``fds`` (the hook client's stdin, stdout, stderr) this process's
-    0, 1, 2 while the sandbox starts, so the sandboxed call writes into the
+    """Make ``fds`` (the hook call's stdin, stdout, stderr, as pip gave them)
+    this process's 0, 1, 2 while the sandbox starts, so the sandboxed call writes into the
     pipe pip reads (pip shows a failed build's output, as without pipguard)."""
 
     def __init__(self, fds: Sequence[int]) -> None:

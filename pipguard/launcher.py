@@ -158,8 +158,12 @@ def start(plan: Plan, meanwhile: Optional[Callable[[], None]] = None,
     ``meanwhile`` runs right after the fork, while the child confines itself
     (its status is waited for afterwards); if it raises, the child is killed.
     ``rlimits`` are (resource, soft, hard) set in the first process before it
-    confines itself; ``before_exec(pid)`` runs once it has, before it execs
-    the command (the place to move it into a cgroup). On any error the
+    confines itself; ``before_exec(pid)`` runs with the command's pid before
+    the command is exec'd (the place to move it into a cgroup): with the plain
+    backend as soon as that pid is known, while the process confines itself
+    -- a cgroup move waits for an RCU grace period (8-25 ms measured here,
+    once per hierarchy), which then overlaps the confinement; under ns the
+    command's process is known only from its status line. On any error the
     keeper is released before raising."""
 
     from pipguard import _keeper  # imported before fork: the keeper must import nothing
@@ -201,6 +205,10 @@ def start(plan: Plan, meanwhile: Optional[Callable[[], None]] = None,
     process = ChildProcess(pid, keeper_sock)
     try:
         process.receive_root()
+        moved = False
+        if before_exec is not None and plan.namespace is None:
+            before_exec(process.pid)  # the first process is the command's
+            moved = True
         if meanwhile is not None:
             try:
                 meanwhile()
@@ -240,7 +248,7 @@ def start(plan: Plan, meanwhile: Optional[Callable[[], None]] = None,
             process.wait()
             raise LayerUnavailable("index-only network needs the seccomp supervisor, which is unavailable",
                                    hint="use a kernel with seccomp user notification, or --no-index with local files")
-        if before_exec is not None:
+        if before_exec is not None and not moved:
             before_exec(command_pid)
         parent_sock.sendall(b"k")
         syscalls = {int(nr): str(name) for nr, name in (status.get("syscalls") or {}).items()}

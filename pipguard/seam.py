@@ -2,9 +2,12 @@
 processes of one install use to hand hook calls and gate decisions to pipguard.
 
 The target side is :mod:`pipguard._seam.target` (stdlib only, runs in the
-target interpreter). One request per connection: a JSON line, with the hook
-client's stdin/stdout/stderr attached (SCM_RIGHTS) to a hook request; one JSON
-line answers it.
+target interpreter). One request per connection: a JSON line; one JSON line
+answers it -- except a hook request (``"reply": "pipe"``), which carries the
+call's stdin/stdout/stderr and the write end of a pipe (SCM_RIGHTS): pip's
+process sends it and goes on to start a placeholder that waits on the pipe,
+so the answer is the call's message on its stderr and its exit status, one
+line, on the pipe.
 
 Who can reach the channel: it is a unix socket in a 0700 directory of
 pipguard's uid, and every request carries a random token that only pip's
@@ -84,9 +87,12 @@ class SeamServer:
             else:
                 handler = handlers.get(str(request.get("type")))
                 answer = handler(request, fds) if handler else {"error": "unknown request"}
-            conn.sendall((json.dumps(answer) + "\n").encode())
+            if request.get("reply") == "pipe" and len(fds) == 4:
+                _answer_by_pipe(answer, fds[2], fds[3])
+            else:
+                conn.sendall((json.dumps(answer) + "\n").encode())
         except (OSError, ValueError):
-            pass  # the client went away; its pip reports the failed call
+            pass  # the requester went away; its pip reports the failed call
         finally:
             for fd in fds:
                 os.close(fd)
@@ -103,7 +109,7 @@ def _receive(conn: socket.socket) -> Tuple[dict, List[int]]:
     first = True
     while not data.endswith(b"\n"):
         if first:
-            chunk, ancdata, _flags, _addr = conn.recvmsg(65536, socket.CMSG_SPACE(3 * 4))
+            chunk, ancdata, _flags, _addr = conn.recvmsg(65536, socket.CMSG_SPACE(4 * 4))
             for level, kind, payload in ancdata:
                 if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                     got = array.array("i")
@@ -123,6 +129,29 @@ def _receive(conn: socket.socket) -> Tuple[dict, List[int]]:
         for fd in fds:
             os.close(fd)
         raise
+
+
+def _answer_by_pipe(answer: dict, stderr_fd: int, pipe_fd: int) -> None:
+    """A hook call's answer to its placeholder: the message on the call's
+    stderr (where pip shows the call's output), then the exit status on the pipe."""
+    message = answer.get("message") or answer.get("error")
+    if message:
+        _write_all(stderr_fd, (str(message).rstrip("\n") + "\n").encode("utf-8", "replace"))
+    try:
+        status = int(answer.get("exit", 1))
+    except (TypeError, ValueError):
+        status = 1
+    if not 0 <= status <= 255:
+        status = 1  # never a success by accident
+    _write_all(pipe_fd, f"{status}\n".encode())
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+    except OSError:
+        pass  # pip stopped reading (Ctrl-C): the placeholder's own end decides
 
 
 def _pidfd(pid: int) -> Optional[int]:

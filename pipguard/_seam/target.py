@@ -11,19 +11,19 @@ pip`` and puts pipguard at that seam:
 ``target.py runner PIP_RUNNER ARGS``
     the same for a pip subprocess that pip starts itself (to install build
     requirements into a build environment).
-``client.py PYTHON _in_process.py HOOK CONTROL_DIR`` (a file of its own)
-    the client of one hook call: hands the call (argv, cwd, environment and
-    its stdin/stdout/stderr) to the pipguard process, which runs it in a
-    sandbox of its own, and exits with the sandboxed call's status. It starts
-    once per hook call, so it is kept minimal (built-in modules only).
 ``target.py refuse REASON``
     prints why pipguard refused to start a process, exits 1.
 
 The seam (every pip process it runs in):
   * ``subprocess.Popen`` (every process pip starts goes through its
-    ``_execute_child``): a hook call becomes ``client.py ...``, a pip
-    subprocess ``target.py runner ...``; any other start of a Python
-    interpreter (legacy ``setup.py`` paths) becomes ``target.py refuse``.
+    ``_execute_child``): a hook call is handed to the pipguard process right
+    there -- its argv, cwd, environment and the stdin/stdout/stderr pip gave
+    it, with the write end of a pipe -- and pip starts a placeholder instead,
+    ``/bin/sh`` reading that pipe, which exits with the status pipguard
+    writes once the call ran in a sandbox of its own (see
+    :func:`_hand_off`); a pip subprocess becomes ``target.py runner ...``;
+    any other start of a Python interpreter (legacy ``setup.py`` paths)
+    becomes ``target.py refuse``.
     Programs that are not Python (git, hg, svn, keyring) start as pip starts
     them: they are trusted tools, as pip treats them.
   * an audit hook (PEP 578) refuses every other way of starting a Python
@@ -57,7 +57,15 @@ import sys
 
 SEAM_VARIABLE = "PIPGUARD_SEAM"
 HERE = os.path.abspath(__file__)
-CLIENT = os.path.join(os.path.dirname(HERE), "client.py")
+#: What pip starts and waits for in place of a hook call: it exits with the
+#: status pipguard writes (one line) to the pipe whose fd is its ``$1``, or 1
+#: if pipguard closes the pipe without one. A shell, not a Python client: it
+#: starts in ~1 ms where ``python -I -S`` takes ~20 ms, once per hook call.
+#: (dash redirects only fds 0-9 by number; /dev/fd/N reaches any.)
+PLACEHOLDER = ("/bin/sh", "-c", 'read -r status < "/dev/fd/$1"; exit "${status:-1}"', "pipguard-hook")
+#: ``_execute_child``'s positional parameters after (args, executable), the
+#: same on CPython 3.9-3.14: where the hand-off finds what pip gave the call
+_PASS_FDS, _CWD, _ENV, _P2CREAD, _C2PWRITE, _ERRWRITE = 2, 3, 4, 8, 11, 13
 #: pips that still have legacy ``setup.py`` paths take this option, which
 #: routes every project through PEP 517 (pip >= 25.3 has no legacy path left)
 USE_PEP517 = "--use-pep517"
@@ -78,8 +86,9 @@ def _channel():
     return path, token
 
 
-def ask(message, fds=()):
-    """Send one request (a JSON object) and return pipguard's JSON answer."""
+def ask(message, fds=(), answer=True):
+    """Send one request (a JSON object) and return pipguard's JSON answer
+    (``answer=False``: return once it is sent; pipguard answers elsewhere)."""
     path, token = _channel()
     message = dict(message, token=token)
     data = (json.dumps(message) + "\n").encode()
@@ -90,17 +99,19 @@ def ask(message, fds=()):
             sock.sendmsg([data[:1]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
             data = data[1:]
         sock.sendall(data)
-        answer = b""
-        while not answer.endswith(b"\n"):
+        if not answer:
+            return None
+        reply = b""
+        while not reply.endswith(b"\n"):
             chunk = sock.recv(65536)
             if not chunk:
                 break
-            answer += chunk
+            reply += chunk
     finally:
         sock.close()
-    if not answer:
+    if not reply:
         raise SeamError("pipguard closed the channel without an answer")
-    return json.loads(answer)
+    return json.loads(reply)
 
 
 # --------------------------------------------------------------------------- classification
@@ -132,8 +143,8 @@ def classify(argv):
     if not argv or not _is_python(argv[0]):
         return "pass", ""
     script = next((a for a in argv[1:] if a not in ("-I", "-S")), "")
-    if len(argv) >= 3 and os.path.realpath(script) in (HERE, CLIENT):
-        return "ours", ""  # already rewritten (a runner or a hook client)
+    if len(argv) >= 3 and os.path.realpath(script) == HERE:
+        return "ours", ""  # already rewritten (a runner)
     pip_dir = _pip_dir()
     if pip_dir and len(argv) == 4:
         script = os.path.realpath(argv[1])
@@ -228,9 +239,9 @@ def rewrite(argv):
     kind, detail = classify(argv)
     if kind in ("pass", "ours"):
         return None
-    python = sys.executable
     if kind == "hook":
-        return [python, "-I", "-S", CLIENT, *argv]
+        raise ValueError("a hook call is handed off (_hand_off), never rewritten")
+    python = sys.executable
     if kind == "runner":
         return [argv[0], HERE, "runner", *argv[1:]]
     return [python, "-I", "-S", HERE, "refuse",
@@ -238,11 +249,47 @@ def rewrite(argv):
 
 
 # --------------------------------------------------------------------------- pip side
+def _hand_off(argv, rest):
+    """Hand one hook call to pipguard; returns (placeholder argv, its
+    ``rest`` of ``_execute_child``, the fd to close once it started)."""
+    fds = [fd if fd != -1 else std for fd, std in
+           ((rest[_P2CREAD], 0), (rest[_C2PWRITE], 1), (rest[_ERRWRITE], 2))]
+    cwd = rest[_CWD]
+    cwd = os.path.realpath(os.fsdecode(cwd)) if cwd is not None else os.getcwd()
+    env = os.environ if rest[_ENV] is None else rest[_ENV]
+    read_end, write_end = os.pipe()
+    try:
+        ask({"type": "hook", "reply": "pipe", "cwd": cwd,
+             "argv": [os.fsdecode(a) if isinstance(a, (bytes, os.PathLike)) else str(a) for a in argv],
+             "env": {os.fsdecode(k): os.fsdecode(v) for k, v in env.items()}},
+            [*fds, write_end], answer=False)
+    except (OSError, SeamError, ValueError) as exc:
+        os.close(read_end)
+        why = f"pipguard: the hook call could not be handed to the sandbox: {exc}"
+        return ["/bin/sh", "-c", 'printf "%s\\n" "$1" >&2; exit 1', "pipguard-hook", why], rest, None
+    finally:
+        os.close(write_end)  # pipguard holds its copy: the pipe ends when pipguard answers or dies
+    rest = list(rest)
+    rest[_PASS_FDS] = (*rest[_PASS_FDS], read_end)  # kept open in the placeholder only
+    return [*PLACEHOLDER, str(read_end)], tuple(rest), read_end
+
+
 def install_seam(role):
     original = subprocess.Popen._execute_child
 
     def _execute_child(self, args, executable, *rest, **kwargs):
         argv = [args] if isinstance(args, (str, bytes, os.PathLike)) else list(args)
+        if classify(argv)[0] == "hook":
+            if len(rest) <= _ERRWRITE or kwargs:  # a Popen this seam was not written for
+                args = [sys.executable, "-I", "-S", HERE, "refuse",
+                        "this Python's subprocess module is not the one pipguard knows; no hook ran"]
+                return original(self, args, None, *rest, **kwargs)
+            args, rest, placeholder_fd = _hand_off(argv, rest)
+            try:
+                return original(self, args, None, *rest, **kwargs)
+            finally:
+                if placeholder_fd is not None:
+                    os.close(placeholder_fd)
         replacement = rewrite(argv)
         if replacement is not None:
             args, executable = replacement, None
