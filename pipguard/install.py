@@ -131,7 +131,6 @@ class Installer:
 
     # ------------------------------------------------------------------ run
     def run(self) -> InstallResult:
-        from pipguard.plan import precompile_hook
         from pipguard.seam import TARGET_SCRIPT, SeamServer
 
         pip_args = list(self.options.pip_args)
@@ -148,7 +147,10 @@ class Installer:
             proc = subprocess.Popen([self.python, TARGET_SCRIPT, "pip", "install", *pip_args], env=env,
                                     stdout=self.pip_stdout)
             # pip takes half a second or more to reach its first hook call: prepare
-            # meanwhile what every call needs (its requests queue on the socket)
+            # meanwhile what every call needs (its requests queue on the socket);
+            # nothing is imported before pip starts that pip's start does not need
+            from pipguard.plan import precompile_hook
+
             precompile_hook(self.python)  # the hook calls' Pythons are the target's version
             _warm_up()
             server.serve(proc.pid, {"hook": self._on_hook, "gate": self._on_gate,
@@ -511,6 +513,7 @@ def _warm_up() -> None:
     """Import what the first hook call and the gate need, and probe the host's
     planning facts, while pip starts: off the critical path of the first call.
     Synchronous (no thread): the sandboxes fork from this process."""
+    import packaging.requirements  # noqa: F401 (a hook call's answer is checked with it: ~20 ms)
     import packaging.utils  # noqa: F401
 
     from pipguard import _child, gate, hookcall, host, launcher, sandbox, supervisor  # noqa: F401

@@ -21,7 +21,6 @@ from __future__ import annotations
 import array
 import json
 import os
-import secrets
 import select
 import shutil
 import socket
@@ -46,7 +45,9 @@ class SeamServer:
         self.directory = tempfile.mkdtemp(prefix="pipguard-seam-")
         os.chmod(self.directory, 0o700)
         self.path = os.path.join(self.directory, "seam.sock")
-        self.token = secrets.token_hex(24)
+        # os.urandom is what secrets.token_hex reads; the secrets module would
+        # import hmac and OpenSSL (~15 ms) before pip can start
+        self.token = os.urandom(24).hex()
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener.bind(self.path)
         os.chmod(self.path, 0o600)
@@ -82,7 +83,10 @@ class SeamServer:
         try:
             conn.settimeout(30)
             request, fds = _receive(conn)
-            if not secrets.compare_digest(str(request.get("token", "")), self.token):
+            from hmac import compare_digest  # after pip started: off the critical path
+
+            if not compare_digest(str(request.get("token", "")).encode("utf-8", "surrogateescape"),
+                                  self.token.encode()):
                 answer = {"error": "bad token"}
             else:
                 handler = handlers.get(str(request.get("type")))
