@@ -690,7 +690,8 @@ def markdown(result: dict, packages: Sequence[Package], variants: Sequence[str],
              f"Machine: {facts['nproc']} vCPU ({facts['cpu']}), Linux {facts['kernel']}, "
              f"Python {facts['python']}, {facts['pip']}, {facts['cc']}, {facts['pipguard']} "
              f"(tree {facts.get('pipguard_tree', '?')}); "
-             f"{facts['date']}.", ""]
+             f"{facts['date']}.", "",
+             f"pipguard package: {facts.get('pipguard_package', '?')}.", ""]
     if facts.get("loadavg_before") is not None:
         lines += [f"Load average (1, 5, 15 min) before the installs: {facts['loadavg_before']}, "
                   f"after: {result.get('loadavg_after')}" +
@@ -852,6 +853,36 @@ def fmt_ms(value: Optional[float]) -> str:
 # --------------------------------------------------------------------------
 
 
+def pipguard_python(pipguard: List[str]) -> Optional[str]:
+    """The interpreter that runs the pipguard command (its script's shebang)."""
+    if "python" in os.path.basename(pipguard[0]):
+        return pipguard[0]
+    try:
+        with open(pipguard[0], "rb") as fh:
+            first = fh.readline().decode(errors="replace").strip()
+    except OSError:
+        return None
+    return first[2:].split()[0] if first.startswith("#!") else None
+
+
+def compile_pipguard(pipguard: List[str]) -> str:
+    """Write the bytecode of the pipguard package the command imports, and say where it is.
+
+    Every variant runs with PYTHONDONTWRITEBYTECODE=1, so a checkout or an editable install
+    whose modules changed since their last import would compile them again in every timed run
+    (tens of ms per pipguard start) -- which a user's ``pip install pipguard`` never does (pip
+    compiles at install time). Recorded in the machine facts."""
+    python = pipguard_python(pipguard)
+    if python is None:
+        return "unknown (not compiled: no interpreter found for the pipguard command)"
+    script = ("import compileall, os, pipguard; d = os.path.dirname(pipguard.__file__); "
+              "compileall.compile_dir(d, quiet=1); print(d)")
+    proc = subprocess.run([python, "-c", script], capture_output=True, text=True, env=clean_env(), timeout=300)
+    where = proc.stdout.strip() or f"unknown (compile failed: {proc.stderr.strip()[-200:]})"
+    editable = not any(part in where for part in ("site-packages", "dist-packages"))
+    return f"{where} (bytecode compiled before the run{'; an editable install or checkout' if editable else ''})"
+
+
 def default_pipguard() -> List[str]:
     beside = os.path.join(os.path.dirname(sys.executable), "pipguard")
     if os.path.exists(beside):
@@ -958,6 +989,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         "hook_reps": args.hook_reps, "variants": variants,
                         "headline": {"variant": headline, "label": label},
                         "machine": {**machine_facts(args.python, pipguard),
+                                    "pipguard_package": compile_pipguard(pipguard),
                                     **({"pipguard_tree": args.pipguard_tree} if args.pipguard_tree
                                        else {})},
                         "env": {"PYTHONDONTWRITEBYTECODE": bench.env.get("PYTHONDONTWRITEBYTECODE"),

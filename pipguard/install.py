@@ -314,7 +314,7 @@ class Installer:
     def _on_gate(self, request: dict, fds: List[int]) -> dict:
         from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
-        from pipguard import gate
+        from pipguard import gatecache
 
         self.gate_answered = True
         role = request.get("role")
@@ -343,8 +343,9 @@ class Installer:
             # for the project the user named: pip says which wheel that is
             project = wheel.get("source_dir") if wheel.get("editable") and wheel.get("user_supplied") else None
             try:
-                findings = tuple(gate.scan_wheel(path, editable_project=project if isinstance(project, str)
-                                                 else None))
+                digest = sha256(path)
+                findings = gatecache.scan_wheel(path, digest, editable_project=project if isinstance(project, str)
+                                                else None)
             except Exception as exc:  # a corrupt archive is a finding of its own kind: refuse
                 self.error = f"{name}: the wheel cannot be read: {exc}"
                 return {"decision": "refuse", "message": "pipguard: " + self.error}
@@ -365,7 +366,7 @@ class Installer:
             verdict = "blocked" if events else ("gate" if refusing else
                                                 ("approved" if accepted or self.accepted.get(name)
                                                  else "clean"))
-            results.append(PackageResult(name, str(version), os.path.basename(path), sha256(path),
+            results.append(PackageResult(name, str(version), os.path.basename(path), digest,
                                          any(r.call.hook.startswith("build_") for r in calls), verdict,
                                          tuple(kept), events, origin, tuple(accepted),
                                          tuple(self.accepted.get(name, ()))))
@@ -516,7 +517,7 @@ def _warm_up() -> None:
     import packaging.requirements  # noqa: F401 (a hook call's answer is checked with it: ~20 ms)
     import packaging.utils  # noqa: F401
 
-    from pipguard import _child, gate, hookcall, host, launcher, sandbox, supervisor  # noqa: F401
+    from pipguard import _child, gatecache, hookcall, host, launcher, sandbox, supervisor  # noqa: F401
 
     host.planning_facts()
 

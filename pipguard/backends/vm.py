@@ -273,20 +273,11 @@ def find_tools() -> Tuple[Optional[Tools], Tuple[Part, ...]]:
 # -- the cache and the initramfs ----------------------------------------------
 
 def cache_dir() -> str:
-    """``PIPGUARD_CACHE_DIR``, else ``/var/tmp/pipguard-UID``: outside HOME,
-    so that runs with another HOME (tests, CI) share the KVM probe. Created
-    mode 0700; refused if it is not ours (another user could plant a lying
-    probe result or initramfs there)."""
-    path = os.environ.get("PIPGUARD_CACHE_DIR") or f"/var/tmp/pipguard-{os.getuid()}"
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
-    info = os.lstat(path)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
-        raise PipguardError(f"the VM cache {path} is not a private directory of this user",
-                            hint="remove it, or set PIPGUARD_CACHE_DIR")
-    return path
+    """pipguard's private cache directory (:mod:`pipguard.cachedir`): the
+    KVM probe and the initramfs are kept there, shared by runs with another HOME."""
+    from pipguard.cachedir import private_dir
+
+    return private_dir()
 
 
 def _write_atomic(path: str, data: bytes) -> None:
