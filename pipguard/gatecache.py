@@ -33,16 +33,24 @@ _SCHEMA = "1"
 _code_key: Optional[str] = None
 
 
-def scan_wheel(path: str, digest: str, *, editable_project: Optional[str] = None) -> Tuple[gate.Finding, ...]:
+#: entries kept per code version; beyond it the oldest half goes (a bound, not a policy:
+#: what is remembered is downloaded wheels, a few per project a user installs)
+MAX_ENTRIES = 4096
+
+
+def scan_wheel(path: str, digest: str, *, editable_project: Optional[str] = None,
+               remember: bool = True) -> Tuple[gate.Finding, ...]:
     """:func:`pipguard.gate.scan_wheel`, answered from the cache when this
-    content (``digest``: its sha256) was scanned before under this name."""
+    content (``digest``: its sha256) was scanned before under this name.
+    ``remember=False`` for a wheel built in this run: its bytes are new every
+    build (timestamps), so an entry would never be read again."""
     entry = _entry(path, digest, editable_project)
     if entry is not None:
         cached = _read(entry)
         if cached is not None:
             return cached
     findings = tuple(gate.scan_wheel(path, editable_project=editable_project))
-    if entry is not None:
+    if entry is not None and remember:
         _write(entry, findings)
     return findings
 
@@ -86,6 +94,7 @@ def _read(entry: str) -> Optional[Tuple[gate.Finding, ...]]:
 
 
 def _write(entry: str, findings: Tuple[gate.Finding, ...]) -> None:
+    _bound(os.path.dirname(entry))
     tmp = f"{entry}.{os.getpid()}.tmp"
     try:
         with open(tmp, "w", encoding="utf-8") as fh:
@@ -96,3 +105,15 @@ def _write(entry: str, findings: Tuple[gate.Finding, ...]) -> None:
             os.unlink(tmp)
         except OSError:
             pass
+
+
+def _bound(directory: str) -> None:
+    try:
+        names = os.listdir(directory)
+        if len(names) < MAX_ENTRIES:
+            return
+        paths = sorted((os.path.join(directory, n) for n in names), key=os.path.getmtime)
+        for path in paths[:len(paths) // 2]:
+            os.unlink(path)
+    except OSError:
+        pass  # another run pruned it first

@@ -345,7 +345,7 @@ class Installer:
             try:
                 digest = sha256(path)
                 findings = gatecache.scan_wheel(path, digest, editable_project=project if isinstance(project, str)
-                                                else None)
+                                                else None, remember=not calls)
             except Exception as exc:  # a corrupt archive is a finding of its own kind: refuse
                 self.error = f"{name}: the wheel cannot be read: {exc}"
                 return {"decision": "refuse", "message": "pipguard: " + self.error}

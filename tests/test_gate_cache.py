@@ -97,3 +97,20 @@ def test_findings_of_other_gate_code_are_removed(tmp_path, private_cache):
     gatecache.scan_wheel(str(whl), sha256(str(whl)))
     assert not stale.exists()
     assert [p.parent.name for p in _entries(private_cache)] == [gatecache._deciding_code()]
+
+
+def test_a_wheel_built_in_this_run_is_not_remembered(tmp_path, private_cache):
+    """Its bytes are new at every build (timestamps): an entry would never be read again."""
+    whl = make_wheel(tmp_path, {"demo/__init__.py": b"", "demo-hook.pth": EVIL_PTH})
+    findings = gatecache.scan_wheel(str(whl), sha256(str(whl)), remember=False)
+    assert [f.rule for f in findings] == ["pth-exec"] and _entries(private_cache) == []
+
+
+def test_the_cache_is_bounded(tmp_path, private_cache, monkeypatch):
+    monkeypatch.setattr(gatecache, "MAX_ENTRIES", 4)
+    for i in range(6):
+        directory = tmp_path / str(i)
+        directory.mkdir()
+        whl = make_wheel(directory, {"demo/__init__.py": str(i).encode()})
+        gatecache.scan_wheel(str(whl), sha256(str(whl)))
+    assert 2 <= len(_entries(private_cache)) <= 4
