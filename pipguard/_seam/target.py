@@ -61,8 +61,9 @@ HERE = os.path.abspath(__file__)
 #: status pipguard writes (one line) to the pipe whose fd is its ``$1``, or 1
 #: if pipguard closes the pipe without one. A shell, not a Python client: it
 #: starts in ~1 ms where ``python -I -S`` takes ~20 ms, once per hook call.
-#: (dash redirects only fds 0-9 by number; /dev/fd/N reaches any.)
-PLACEHOLDER = ("/bin/sh", "-c", 'read -r status < "/dev/fd/$1"; exit "${status:-1}"', "pipguard-hook")
+#: (dash redirects only fds 0-9 by number; /proc/self/fd/N reaches any, and
+#: pipguard needs /proc anyway.)
+PLACEHOLDER = ("/bin/sh", "-c", 'read -r status < "/proc/self/fd/$1"; exit "${status:-1}"', "pipguard-hook")
 #: ``_execute_child``'s positional parameters after (args, executable), the
 #: same on CPython 3.9-3.14: where the hand-off finds what pip gave the call
 _PASS_FDS, _CWD, _ENV, _P2CREAD, _C2PWRITE, _ERRWRITE = 2, 3, 4, 8, 11, 13
