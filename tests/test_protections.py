@@ -105,3 +105,34 @@ def test_nothing_after_the_plan_reads_the_policy(module):
     names |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
     names |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments) for a in n.args}
     assert not names & {"Policy", "policy"}, module
+
+
+def test_a_split_directory_is_listed_again_once_it_changes(tmp_path, monkeypatch):
+    """The plan splits /etc around the system secrets and keeps the split while no listed
+    directory changed; here on a tree of our own: kept while nothing changed (not listed
+    again), and a file added next to a secret shows up as a grant, the secret staying out."""
+    from pipguard import plan as planning
+
+    (tmp_path / "ssh").mkdir()
+    (tmp_path / "ssh" / "ssh_host_key").write_text("secret")
+    (tmp_path / "ssh" / "ssh_config").write_text("ok")
+    secret = str(tmp_path / "ssh" / "ssh_host_key")
+    first = planning.split_unless_changed(str(tmp_path), [secret])
+    assert first == [str(tmp_path / "ssh" / "ssh_config")]
+    listings = []
+    original = planning.grants_excluding
+    monkeypatch.setattr(planning, "grants_excluding", lambda *a: listings.append(a) or original(*a))
+    assert planning.split_unless_changed(str(tmp_path), [secret]) == first and listings == []
+    (tmp_path / "ssh" / "new_file").write_text("new")
+    again = planning.split_unless_changed(str(tmp_path), [secret])
+    assert listings  # listed again
+    assert sorted(again) == sorted([*first, str(tmp_path / "ssh" / "new_file")]) and secret not in again
+
+
+def test_the_etc_split_is_what_a_fresh_split_gives():
+    from pipguard import plan as planning
+    from pipguard import rules
+
+    first = planning._etc_entries()
+    assert planning._etc_entries() == first == planning.grants_excluding("/etc", rules.ETC_SECRETS)
+    assert not set(first) & set(rules.ETC_SECRETS)
