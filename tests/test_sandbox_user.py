@@ -458,3 +458,37 @@ def test_a_hard_link_in_a_granted_tree_grants_nothing(tmp_path, fake_home, where
         assert stat.S_IMODE(os.lstat(secret).st_mode) == 0o600
     finally:
         shutil.rmtree(secret.parent, ignore_errors=True)
+
+
+@requires("root")
+def test_a_read_tree_is_walked_again_only_when_it_changed(work, fake_home, monkeypatch):
+    """Each hook call of an install reads the same build environment: its walk is reused while
+    no directory of it changed. A file pip adds later (0600: only a grant lets the sandbox user
+    read it) must be readable in the next run, and an unchanged tree is not walked again."""
+    base = tempfile.mkdtemp(prefix="pipguard-test-readwalk-")  # 0700, root, like pip-build-env-*
+    try:
+        env = Path(base, "overlay", "lib")
+        env.mkdir(parents=True)
+        (env / "first.py").write_text("first")
+        os.chmod(env / "first.py", 0o600)
+        walks = []
+        original = sandbox_user._walk
+        monkeypatch.setattr(sandbox_user, "_walk", lambda top: walks.append(top) or original(top))
+        policy = Policy(isolation="audit", allow_read=(base,))
+
+        def read(name):
+            report = run([PY, "-c", f"print(open({str(env / name)!r}).read())"], policy,
+                         cwd=str(work), env=support.clean_env(fake_home.path))
+            return report.exit_code, [e.rule for e in report.events]
+
+        assert read("first.py") == (0, [])
+        assert base in walks
+        walks.clear()
+        assert read("first.py") == (0, [])
+        assert base not in walks  # unchanged: the remembered walk
+        (env / "second.py").write_text("second")
+        os.chmod(env / "second.py", 0o600)
+        assert read("second.py") == (0, [])
+        assert base in walks  # its directory changed: walked again, the new file granted
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
