@@ -313,6 +313,8 @@ class Lease:
         self._state_dir = state_dir
         self._granted: set = set()
         self.cleanup_notes: List[str] = []
+        #: the shared temp dirs' mtimes before the sandbox could run (see undo)
+        self._shared_tmp = _mtimes(SHARED_TMP)
 
     # -- journal -----------------------------------------------------------------------------
     def _log(self, **entry) -> None:
@@ -395,7 +397,7 @@ class Lease:
         if self._fd < 0:
             return
         try:
-            undo(self.user, _journal(self._fd), self.cleanup_notes)
+            undo(self.user, _journal(self._fd), self.cleanup_notes, self._shared_tmp)
             os.ftruncate(self._fd, 0)
         finally:
             os.close(self._fd)
@@ -461,8 +463,26 @@ def _normalise_owned(root: str, uid: int, owner: Tuple[int, int], notes: List[st
             continue
 
 
-def undo(user: SandboxUser, journal: Sequence[dict], notes: Optional[List[str]] = None) -> None:
-    """Undo a journal (of this run, or of a run that was killed)."""
+def _mtimes(directories: Sequence[str]) -> Dict[str, int]:
+    out = {}
+    for d in directories:
+        try:
+            out[d] = os.stat(d).st_mtime_ns
+        except OSError:
+            pass
+    return out
+
+
+def undo(user: SandboxUser, journal: Sequence[dict], notes: Optional[List[str]] = None,
+         shared_tmp_before: Optional[Dict[str, int]] = None) -> None:
+    """Undo a journal (of this run, or of a run that was killed).
+
+    ``shared_tmp_before``: the mtimes of :data:`SHARED_TMP` taken when the
+    lease was made, before the sandbox could run. A directory whose mtime is
+    the same has had no entry added, removed or renamed since, so the sandbox
+    left nothing at its top level and it is not scanned (/tmp of a busy host
+    holds hundreds of entries: a stat each, every hook call). A killed run's
+    journal has none: every directory is scanned."""
     notes = [] if notes is None else notes
     kill_all(user.uid)
     with acl_lock():
@@ -501,8 +521,10 @@ def undo(user: SandboxUser, journal: Sequence[dict], notes: Optional[List[str]] 
                     continue
                 if stat.S_ISDIR(st.st_mode) and st.st_uid == user.uid:
                     shutil.rmtree(path, ignore_errors=True)
+        after = _mtimes(SHARED_TMP)
         for d in SHARED_TMP:
-            _remove_owned_entries(d, user.uid, notes)
+            if shared_tmp_before is None or d not in after or shared_tmp_before.get(d) != after[d]:
+                _remove_owned_entries(d, user.uid, notes)
 
 
 def _remove_owned_entries(directory: str, uid: int, notes: List[str]) -> None:

@@ -310,6 +310,29 @@ def test_files_left_in_shared_tmp_are_removed(work, fake_home):
     assert not os.path.exists(f"/tmp/{name}")
 
 
+@requires("root")
+def test_shared_tmp_is_scanned_only_when_it_changed(work, fake_home, monkeypatch):
+    """Release scans a shared temp dir's entries only if the dir changed since the lease (the
+    sandbox user cannot set a root-owned directory's times to hide a change): a run that left
+    nothing there does not pay for a busy /tmp; a run that did is cleaned. A /tmp of our own
+    (root's, 1777 as /tmp is), so that no other process touches it meanwhile."""
+    shared = Path(tempfile.mkdtemp(prefix="pipguard-test-sharedtmp-", dir="/tmp"))
+    os.chmod(shared, 0o1777)
+    monkeypatch.setattr(sandbox_user, "SHARED_TMP", (str(shared),))
+    scanned = []
+    original = sandbox_user._remove_owned_entries
+    monkeypatch.setattr(sandbox_user, "_remove_owned_entries",
+                        lambda d, uid, notes: scanned.append(d) or original(d, uid, notes))
+    env = support.clean_env(fake_home.path)
+    assert run(["/bin/true"], Policy(isolation="audit"), cwd=str(work), env=env).exit_code == 0
+    assert scanned == []
+    report = run(["/bin/sh", "-c", f"echo stash > {shared}/left"], Policy(isolation="audit"),
+                 cwd=str(work), env=env)
+    assert report.exit_code == 0, report.to_json()
+    assert scanned == [str(shared)] and not (shared / "left").exists()
+    shutil.rmtree(shared)
+
+
 # --- what the sandbox user cannot reach ---------------------------------------------------------
 
 
