@@ -434,9 +434,11 @@ def _journal(fd: int) -> List[dict]:
         data += chunk
     os.lseek(fd, 0, os.SEEK_END)
     out = []
-    for line in data.splitlines():
+    decoder = json.JSONDecoder()
+    # decoded once (json.loads of bytes detects the encoding again for every line)
+    for line in data.decode("utf-8", "surrogateescape").splitlines():
         try:
-            out.append(json.loads(line))
+            out.append(decoder.decode(line))
         except ValueError:
             continue  # a line cut by a kill
     return out
