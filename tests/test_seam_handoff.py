@@ -57,9 +57,21 @@ def _result(proc, timeout=120):
     return json.loads(out.strip().splitlines()[-1])
 
 
+def _served(python, tmp_path, handlers, env=None):
+    """Run the pip side against a real SeamServer answering with ``handlers``."""
+    server = SeamServer()
+    proc = _pip_side(python, tmp_path, {"PATH": "/usr/bin:/bin", "PIPGUARD_SEAM": server.env_value, **(env or {})})
+    thread = threading.Thread(target=server.serve, args=(proc.pid, handlers))
+    thread.start()
+    try:
+        return _result(proc)
+    finally:
+        thread.join(30)
+        server.close()
+
+
 @pytest.mark.parametrize("python", PYTHONS)
 def test_a_hook_call_reaches_pipguard_and_pip_gets_its_status_and_output(python, tmp_path):
-    server = SeamServer()
     got = {}
 
     def on_hook(request, fds):
@@ -67,15 +79,7 @@ def test_a_hook_call_reaches_pipguard_and_pip_gets_its_status_and_output(python,
         os.write(fds[1], b"the sandboxed call's output\n")
         return {"exit": 7, "message": 'pipguard: ref\u00fcsed "x"'}
 
-    env = {"PATH": "/usr/bin:/bin", "PIPGUARD_SEAM": server.env_value, "ODD": "a\\b\"c\n\u00e9"}
-    proc = _pip_side(python, tmp_path, env)
-    thread = threading.Thread(target=server.serve, args=(proc.pid, {"hook": on_hook}))
-    thread.start()
-    try:
-        result = _result(proc)
-    finally:
-        thread.join(30)
-        server.close()
+    result = _served(python, tmp_path, {"hook": on_hook}, {"ODD": "a\\b\"c\n\u00e9"})
     assert result["exit"] == 7
     assert "the sandboxed call's output" in result["output"]
     assert 'pipguard: ref\u00fcsed "x"' in result["output"]  # stderr is stdout here, as pip asks
@@ -91,16 +95,7 @@ def test_a_hook_call_reaches_pipguard_and_pip_gets_its_status_and_output(python,
 
 @pytest.mark.parametrize("status", [0, 1, 124, 255])
 def test_the_placeholder_exits_with_the_status_pipguard_wrote(status, tmp_path):
-    server = SeamServer()
-    env = {"PATH": "/usr/bin:/bin", "PIPGUARD_SEAM": server.env_value}
-    proc = _pip_side(sys.executable, tmp_path, env)
-    thread = threading.Thread(target=server.serve, args=(proc.pid, {"hook": lambda r, f: {"exit": status}}))
-    thread.start()
-    try:
-        result = _result(proc)
-    finally:
-        thread.join(30)
-        server.close()
+    result = _served(sys.executable, tmp_path, {"hook": lambda r, f: {"exit": status}})
     assert result["exit"] == status and result["output"] == ""
 
 
