@@ -55,7 +55,7 @@ import stat
 import sys
 import time
 from dataclasses import dataclass
-from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
 from pipguard import acl
 from pipguard.errors import SandboxUserError
@@ -243,6 +243,11 @@ def _needs_grant(st: os.stat_result) -> bool:
     return bool(perm) and not stat.S_ISLNK(st.st_mode) and not acl.effective_other(st.st_mode, perm)
 
 
+#: Directories anybody may traverse, as seen once (/, /tmp, /usr...: the ancestors of every
+#: grant, ~20 paths a call, each an lstat). Not checked again: if one stops being
+#: traversable, its grant is left out and the sandbox's access fails closed -- never more.
+_traversable: Set[str] = set()
+
 #: tree -> (every directory's (path, mtime_ns) as listed, the entries that needed a read grant)
 _read_walks: Dict[str, Tuple[Tuple[Tuple[str, int], ...], Tuple[str, ...]]] = {}
 
@@ -349,12 +354,17 @@ class Lease:
         spelling and of its real path) that it could not traverse."""
         for spelling in dict.fromkeys((os.path.abspath(path), os.path.realpath(path))):
             for d in _ancestors(spelling):
+                if d in _traversable:
+                    continue
                 try:
                     st = os.lstat(d)
                 except OSError:
                     break
                 if stat.S_ISDIR(st.st_mode):
-                    self._grant(d, st, X)
+                    if acl.effective_other(st.st_mode, X):
+                        _traversable.add(d)
+                    else:
+                        self._grant(d, st, X)
 
     def readable(self, path: str, *, recursive: bool) -> None:
         """Reach ``path`` and read it (and, ``recursive``, everything below)
