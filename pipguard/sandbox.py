@@ -129,7 +129,8 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
         if decoys is not None:
             _decoy_evidence(decoys, supervisor)
         if lease is not None:
-            lease.release()  # before the snapshot: files the sandbox left are given back first
+            # before the snapshot: files the sandbox left are given back first
+            lease.release(nothing_left=prepared.cgroup is not None and prepared.cgroup.members() == set())
         written = files.changed(before, files.snapshot(roots))
         return _report(plan, started, evidence, written, started_at, prepared,
                        lease.user if lease else None)
