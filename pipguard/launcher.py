@@ -167,6 +167,10 @@ def start(plan: Plan, meanwhile: Optional[Callable[[], None]] = None,
     keeper is released before raising."""
 
     from pipguard import _keeper  # imported before fork: the keeper must import nothing
+    from pipguard.oslayer import seccomp
+
+    if plan.os_spec is not None:  # built here once; the first process only loads it
+        seccomp.prebuild(plan.os_spec, notify=plan.os_spec.notify)
 
     parent_sock, child_sock = socket.socketpair()
     keeper_sock, keeper_end = socket.socketpair()

@@ -734,3 +734,19 @@ def test_classify_roles() -> None:
     assert oseccomp.classify(56, make_spec()) == ("clone", "observe")
     assert oseccomp.classify(56, make_spec(allow_subprocess=False)) == ("clone", "deny")
     assert oseccomp.DENY_ERRNO["clone3"] == errno.ENOSYS and oseccomp.DENY_ERRNO["ptrace"] == errno.EPERM
+
+
+def test_a_prebuilt_filter_is_keyed_by_everything_the_builder_reads():
+    """The first process loads the filter the parent built before the fork (one build per
+    pipguard process): the key must change with every spec field build_filter reads, or a run
+    could load the filter of another policy."""
+    import ast
+    import inspect
+
+    from pipguard.oslayer import seccomp as oseccomp
+
+    read = {node.attr for node in ast.walk(ast.parse(inspect.getsource(oseccomp.build_filter)))
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "spec"}
+    keyed = {node.attr for node in ast.walk(ast.parse(inspect.getsource(oseccomp._key)))
+             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "spec"}
+    assert read and read <= keyed, read - keyed
