@@ -12,10 +12,10 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Optional, Tuple
 
 from pipguard.approvals import Approval, Origin
-from pipguard.report import Event, FileWritten, LayerStatus, NetworkAttempt, ProcessRecord, Report
+from pipguard.report import Event, Report, combined
 
 if TYPE_CHECKING:
     from pipguard import gate
@@ -125,41 +125,12 @@ class InstallResult:
 
     def combined(self) -> Report:
         """One run-style report over every phase (top-level events of all phases)."""
-        events: List[Event] = []
-        processes: List[ProcessRecord] = []
-        network: List[NetworkAttempt] = []
-        files: List[FileWritten] = []
-        applied: List[str] = []
-        unavailable: Dict[str, str] = {}
-        dropped, timed_out = 0, False
-        for phase in self.phases:
-            r = phase.report
-            for e in r.events:
-                detail = dict(e.detail, phase=phase.name)
-                if phase.package:
-                    detail["package"] = phase.package
-                events.append(dataclasses.replace(e, seq=len(events) + 1, detail=detail))
-            processes += r.processes
-            network += [n for n in r.network if not _seen_already(n, network)]
-            files += r.files_written
-            applied += [a for a in r.isolation.applied if a not in applied]
-            unavailable.update(r.isolation.unavailable)
-            dropped += r.events_dropped
-            timed_out = timed_out or r.timed_out
         exit_code = {"installed": 0, "clean": 0, "refused": 1, "interrupted": 130}.get(self.status, 2)
-        first = self.phases[0].report if self.phases else None
-        return Report(
-            command=self.command, exit_code=exit_code, timed_out=timed_out,
-            isolation=LayerStatus(self.isolation, tuple(applied), unavailable),
-            events=tuple(events), processes=tuple(processes), network=tuple(network),
-            files_written=tuple(files), env_removed=first.env_removed if first else (),
-            events_dropped=dropped, policy=first.policy if first else {},
-            host=first.host if first else {}, cwd=first.cwd if first else os.getcwd(),
-            started_at=first.started_at if first else 0.0,
-            duration=round(sum(p.report.duration for p in self.phases), 4),
-            error=self.message if self.status == "error" else None,
-            tool_version=first.tool_version if first else "",
-        )
+        parts = [(p.report, {"phase": p.name, **({"package": p.package} if p.package else {})})
+                 for p in self.phases]
+        return combined(parts, command=self.command, exit_code=exit_code, isolation=self.isolation,
+                        cwd=self.phases[0].report.cwd if self.phases else os.getcwd(),
+                        error=self.message if self.status == "error" else None, dedupe_network=True)
 
     def to_json(self) -> dict:
         data = self.combined().to_json()
@@ -190,12 +161,6 @@ class InstallResult:
                              "hosts": list(r.hosts), "message": r.text()} for r in self.refusals]
         data["policy_file"] = self.policy_file
         return data
-
-
-def _seen_already(attempt: NetworkAttempt, listed: Sequence[NetworkAttempt]) -> bool:
-    """The same destination, action and process seen by another layer (the
-    audit hook and the supervisor both see a Python connect): listed once."""
-    return any(dataclasses.replace(attempt, layer=n.layer) == n for n in listed)
 
 
 def _finding_json(finding: "gate.Finding", approval: Optional[Approval]) -> dict:

@@ -12,7 +12,7 @@ import json
 import os
 import tempfile
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from pipguard import rules
 from pipguard.errors import ReportWriteError
@@ -167,6 +167,51 @@ class Report:
         data = _plain(self)
         data["verdict"] = self.verdict
         return data
+
+
+def combined(parts: Sequence[Tuple["Report", Dict[str, str]]], *, command: Tuple[str, ...], exit_code: int,
+             isolation: str, cwd: str, error: Optional[str], dedupe_network: bool = False) -> "Report":
+    """One run-style report over several sandboxed runs (an install's hook
+    calls, a PKGBUILD's phases), for what takes a :class:`Report` (SARIF, the
+    top level of the JSON): events renumbered in order, each run's ``tags``
+    added to its events' detail; processes, files and layers of all runs;
+    host, policy and start of the first. ``dedupe_network``: a destination,
+    action and process that another layer already listed is listed once."""
+    events: List[Event] = []
+    processes: List[ProcessRecord] = []
+    network: List[NetworkAttempt] = []
+    written: List[FileWritten] = []
+    applied: List[str] = []
+    unavailable: Dict[str, str] = {}
+    dropped, timed_out = 0, False
+    for run, tags in parts:
+        for e in run.events:
+            events.append(dataclasses.replace(e, seq=len(events) + 1, detail=dict(e.detail, **tags)))
+        processes += run.processes
+        network += [n for n in run.network if not (dedupe_network and _seen_already(n, network))]
+        written += run.files_written
+        applied += [a for a in run.isolation.applied if a not in applied]
+        unavailable.update(run.isolation.unavailable)
+        dropped += run.events_dropped
+        timed_out = timed_out or run.timed_out
+    first = parts[0][0] if parts else None
+    return Report(
+        command=command, exit_code=exit_code, timed_out=timed_out,
+        isolation=LayerStatus(isolation, tuple(applied), unavailable),
+        events=tuple(events), processes=tuple(processes), network=tuple(network),
+        files_written=tuple(written), env_removed=first.env_removed if first else (),
+        events_dropped=dropped, policy=first.policy if first else {},
+        host=first.host if first else {}, cwd=cwd,
+        started_at=first.started_at if first else 0.0,
+        duration=round(sum(run.duration for run, _ in parts), 4),
+        error=error, tool_version=first.tool_version if first else "",
+    )
+
+
+def _seen_already(attempt: NetworkAttempt, listed: Sequence[NetworkAttempt]) -> bool:
+    """The same destination, action and process seen by another layer (the
+    audit hook and the supervisor both see a Python connect)."""
+    return any(dataclasses.replace(attempt, layer=n.layer) == n for n in listed)
 
 
 def _plain(obj: Any) -> Any:

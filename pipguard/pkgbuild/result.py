@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Tuple
 
 from pipguard import exitcodes
 from pipguard import report as report_mod
-from pipguard.report import Event, FileWritten, LayerStatus, NetworkAttempt, ProcessRecord, Report
+from pipguard.report import Event, FileWritten, Report
 
 #: status -> exit code (as for ``pipguard sandbox``)
 EXIT_CODES = {"clean": exitcodes.OK, "blocked": exitcodes.REFUSED, "error": exitcodes.ERROR,
@@ -105,40 +105,10 @@ class PkgbuildResult:
     def combined(self) -> Report:
         """One run-style report over every phase (events tagged with ``phase``),
         for renderers that take a :class:`Report` (SARIF)."""
-        events: List[Event] = []
-        processes: List[ProcessRecord] = []
-        network: List[NetworkAttempt] = []
-        written: List[FileWritten] = []
-        applied: List[str] = []
-        unavailable: Dict[str, str] = {}
-        dropped, timed_out = 0, False
-        for phase in self.phases:
-            r = phase.report
-            for e in r.events:
-                detail = dict(e.detail, phase=phase.name)
-                if phase.step:
-                    detail["step"] = phase.step
-                events.append(dataclasses.replace(e, seq=len(events) + 1, detail=detail))
-            processes += r.processes
-            network += r.network
-            written += r.files_written
-            applied += [a for a in r.isolation.applied if a not in applied]
-            unavailable.update(r.isolation.unavailable)
-            dropped += r.events_dropped
-            timed_out = timed_out or r.timed_out
-        first = self.phases[0].report if self.phases else None
-        return Report(
-            command=self.command, exit_code=self.exit_code, timed_out=timed_out,
-            isolation=LayerStatus(self.isolation, tuple(applied), unavailable),
-            events=tuple(events), processes=tuple(processes), network=tuple(network),
-            files_written=tuple(written), env_removed=first.env_removed if first else (),
-            events_dropped=dropped, policy=first.policy if first else {},
-            host=first.host if first else {}, cwd=self.directory,
-            started_at=first.started_at if first else 0.0,
-            duration=round(sum(p.report.duration for p in self.phases), 4),
-            error=self.message if self.status in ("error", "interrupted") else None,
-            tool_version=first.tool_version if first else "",
-        )
+        parts = [(p.report, {"phase": p.name, **({"step": p.step} if p.step else {})}) for p in self.phases]
+        return report_mod.combined(parts, command=self.command, exit_code=self.exit_code,
+                                   isolation=self.isolation, cwd=self.directory,
+                                   error=self.message if self.status in ("error", "interrupted") else None)
 
     def to_json(self) -> Dict[str, Any]:
         data = self.combined().to_json()
