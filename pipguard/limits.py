@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import errno
 import itertools
+import time
 import os
 import re
 import resource
@@ -353,8 +354,6 @@ class RunCgroup:
                 except OSError as exc:
                     if exc.errno != errno.EBUSY:
                         break
-                    import time
-
                     time.sleep(0.01)  # the last member is being released
 
 
@@ -390,6 +389,41 @@ def _clamped(resource_id: int, value: int, slack: int = 0) -> Tuple[int, int, in
     return (resource_id, value, top)
 
 
+_swept: Set[str] = set()
+
+
+def _sweep_once(parent: str) -> None:
+    """Remove the empty run cgroups that a pipguard which was killed left below
+    ``parent`` (``pipguard-PID-N`` of a PID that no longer exists): once per
+    process and parent. rmdir removes only an empty cgroup; a live PID (or a
+    reused one) is left alone, and so is anything made in the last minute (a
+    pipguard whose PIDs we cannot see, in another PID namespace, has its run's
+    cgroup empty for the few ms before the first process moves in)."""
+    if parent in _swept:
+        return
+    _swept.add(parent)
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in names:
+        prefix, _, rest = name.partition("-")
+        pid = rest.partition("-")[0]
+        if prefix != "pipguard" or not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # alive
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue
+        with _quiet():
+            path = os.path.join(parent, name)
+            if os.stat(path).st_mtime < time.time() - 60:
+                os.rmdir(path)
+
+
 def prepare(memory: int, processes: int, cpu: float, write: int) -> Prepared:
     """Make the run's cgroup(s) where possible, and the rlimits for the rest."""
     applied: Dict[str, AppliedLimit] = {}
@@ -404,6 +438,7 @@ def prepare(memory: int, processes: int, cpu: float, write: int) -> Prepared:
         parent = os.path.join(v2_mount, own[""].lstrip("/"))
         try:
             delegated = _read(os.path.join(parent, "cgroup.subtree_control")).split()
+            _sweep_once(parent)
             directory = os.path.join(parent, name)
             os.mkdir(directory, 0o755)
             cgroup.v2 = directory
@@ -432,6 +467,7 @@ def prepare(memory: int, processes: int, cpu: float, write: int) -> Prepared:
         if controller in enforced or controller not in v1_mounts or controller not in own:
             continue
         parent = os.path.join(v1_mounts[controller], own[controller].lstrip("/"))
+        _sweep_once(parent)
         directory = os.path.join(parent, name)
         try:
             os.mkdir(directory, 0o755)
