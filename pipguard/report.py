@@ -176,7 +176,9 @@ def combined(parts: Sequence[Tuple["Report", Dict[str, str]]], *, command: Tuple
     top level of the JSON): events renumbered in order, each run's ``tags``
     added to its events' detail; processes, files and layers of all runs;
     host, policy and start of the first. ``dedupe_network``: a destination,
-    action and process that another layer already listed is listed once."""
+    action and process that another layer already listed is listed once.
+    ``limits``: each limit with the largest ``used`` of any run, tagged with
+    that run's tags (which hook call or phase came closest to it)."""
     events: List[Event] = []
     processes: List[ProcessRecord] = []
     network: List[NetworkAttempt] = []
@@ -184,7 +186,15 @@ def combined(parts: Sequence[Tuple["Report", Dict[str, str]]], *, command: Tuple
     applied: List[str] = []
     unavailable: Dict[str, str] = {}
     dropped, timed_out = 0, False
+    limits: Dict[str, Any] = {}  # each limit as the run that used the most of it saw it
+    limit_hit: Optional[str] = None
     for run, tags in parts:
+        for name, limit in run.limits.items():
+            used = (limit.get("used") or {}).get("value") if isinstance(limit, dict) else None
+            known = (limits.get(name) or {}).get("used") or {}
+            if name not in limits or (used is not None and used > (known.get("value") or -1)):
+                limits[name] = dict(limit, used=dict(limit["used"], **tags)) if used is not None else dict(limit)
+        limit_hit = limit_hit or run.limit_hit
         for e in run.events:
             events.append(dataclasses.replace(e, seq=len(events) + 1, detail=dict(e.detail, **tags)))
         processes += run.processes
@@ -204,7 +214,7 @@ def combined(parts: Sequence[Tuple["Report", Dict[str, str]]], *, command: Tuple
         host=first.host if first else {}, cwd=cwd,
         started_at=first.started_at if first else 0.0,
         duration=round(sum(run.duration for run, _ in parts), 4),
-        error=error, tool_version=first.tool_version if first else "",
+        error=error, tool_version=first.tool_version if first else "", limits=limits, limit_hit=limit_hit,
     )
 
 

@@ -613,3 +613,21 @@ def test_markdown_tables_are_bounded():
     blocked = gfm(text).tables[0]
     assert len(blocked) == markdown.MAX_ROWS + 1
     assert "… and 29 more (see the JSON report)" in text
+
+
+def test_the_combined_report_keeps_the_largest_use_of_each_limit():
+    """An install's top-level limits: per limit, the hook call that came closest, named."""
+    from pipguard.report import combined
+
+    def run(memory_used, hit=None):
+        return make(limits={"memory": {"value": 100, "by": "cgroup2", "scope": "run",
+                                       "used": {"value": memory_used, "how": "test", "scope": "run"}}},
+                    limit_hit=hit)
+
+    both = combined([(run(10), {"phase": "get_requires_for_build_wheel", "package": "a"}),
+                     (run(70, "memory"), {"phase": "build_wheel", "package": "a"}),
+                     (run(30), {"phase": "build_wheel", "package": "b"})],
+                    command=("pipguard",), exit_code=0, isolation="auto", cwd="/", error=None)
+    used = both.limits["memory"]["used"]
+    assert used["value"] == 70 and used["phase"] == "build_wheel" and used["package"] == "a"
+    assert both.limits["memory"]["value"] == 100 and both.limit_hit == "memory"
