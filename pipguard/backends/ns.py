@@ -545,6 +545,9 @@ def _first_process(init: int, status_r: int, status_w: int, control_fd: int, tre
         sig = os.WTERMSIG(status)
         try:
             signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass  # SIGKILL and SIGSTOP have no handler to reset (it raised, and skipped the kill)
+        try:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
             os.kill(os.getpid(), sig)
         except (OSError, ValueError):
