@@ -452,7 +452,8 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
                 from pipguard.backends import ns
 
                 namespace = ns.spec_for(readable, [*(r for r in write_roots if r not in namespace_tmpfs), fifo],
-                                        [*DEVICES, *_tty_devices()], homes, network == "all")
+                                        [*DEVICES, *_tty_devices()], homes, network == "all",
+                                        sandbox_home=home_dir)
                 readable += namespace.decoy_homes
             os_spec = OsLayerSpec(
                 read_paths=tuple(dict.fromkeys(p for p in readable if p)),

@@ -187,7 +187,9 @@ class NamespaceSpec:
       uid switch (pipguard runs as root);
     - ``network``: own net namespace with only ``lo``; False only when the
       plan allows all network (then the host's network namespace stays);
-    - ``token``: the per-run marker inside every decoy."""
+    - ``token``: the per-run marker inside every decoy;
+    - ``sandbox_home``: the run's own ``$HOME`` (a write root, bound read-write), where
+      decoys are planted too: ``~/.ssh/id_rsa`` is where an attacker looks first."""
 
     mounts: Tuple[Mount, ...]
     host_uid: int
@@ -196,17 +198,19 @@ class NamespaceSpec:
     network: bool
     token: str
     hostname: str = HOSTNAME
+    sandbox_home: str = ""
 
     def to_json(self) -> Dict[str, Any]:
         return {"mounts": [[m.kind, m.path, m.source] for m in self.mounts], "host_uid": self.host_uid,
                 "host_gid": self.host_gid, "idmap_writes": self.idmap_writes, "network": self.network,
-                "token": self.token, "hostname": self.hostname}
+                "token": self.token, "hostname": self.hostname, "sandbox_home": self.sandbox_home}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "NamespaceSpec":
         return cls(tuple(Mount(str(k), str(p), str(s)) for k, p, s in data["mounts"]),
                    int(data["host_uid"]), int(data["host_gid"]), bool(data["idmap_writes"]),
-                   bool(data["network"]), str(data["token"]), str(data.get("hostname", HOSTNAME)))
+                   bool(data["network"]), str(data["token"]), str(data.get("hostname", HOSTNAME)),
+                   str(data.get("sandbox_home", "")))
 
     @property
     def decoy_homes(self) -> Tuple[str, ...]:
@@ -230,11 +234,12 @@ def _symlinked_parts(path: str) -> List[Tuple[str, str]]:
 
 def spec_for(read_paths: Sequence[str], write_paths: Sequence[str], device_paths: Sequence[str],
              homes: Sequence[str], network_all: bool, *, euid: Optional[int] = None,
-             egid: Optional[int] = None) -> NamespaceSpec:
+             egid: Optional[int] = None, sandbox_home: str = "") -> NamespaceSpec:
     """The new root for a plan's grants: ``read_paths``/``write_paths``/
     ``device_paths`` are the OS layer's (they exist or are skipped), ``homes``
-    every home directory (each becomes a decoy tmpfs; none is ever bound).
-    Reads only the host (lstat, readlink), changes nothing."""
+    every home directory (each becomes a decoy tmpfs; none is ever bound),
+    ``sandbox_home`` the run's own ``$HOME`` (one of the write paths: decoys
+    are planted in it as well). Reads only the host (lstat, readlink), changes nothing."""
     euid = os.geteuid() if euid is None else euid
     egid = os.getegid() if egid is None else egid
     homes = tuple(sorted({os.path.realpath(h) for h in homes if h and h != "/"}))
@@ -284,7 +289,8 @@ def spec_for(read_paths: Sequence[str], write_paths: Sequence[str], device_paths
         uid, gid = OVERFLOW_ID, OVERFLOW_ID
     else:
         uid, gid = euid, egid
-    return NamespaceSpec(tuple(mounts), uid, gid, euid == 0, not network_all, os.urandom(8).hex())
+    return NamespaceSpec(tuple(mounts), uid, gid, euid == 0, not network_all, os.urandom(8).hex(),
+                         sandbox_home=os.path.realpath(sandbox_home) if sandbox_home else "")
 
 
 def _owner_only(path: str) -> bool:
@@ -727,12 +733,19 @@ def _watch_decoys(spec: NamespaceSpec) -> Tuple[int, Dict[int, str]]:
     """Plant the decoys in each home's tmpfs and watch them (inotify: works
     unprivileged, on a tmpfs, for every process; it carries no pid — the
     audit hook attributes Python reads, the decoy says that *something* of
-    the sandbox opened it). The fd stays in pid 1; the launcher takes it."""
+    the sandbox opened it). The fd stays in pid 1; the launcher takes it.
+
+    The run's own ``$HOME`` gets them too (a native ``cat ~/.ssh/id_rsa``
+    would otherwise fail with ENOENT, unreported with read observation off),
+    watched for reads only (``IN_ACCESS``): that home is the build's to
+    write, and a tool writing ``~/.docker/config.json`` there opens it
+    without reading anything."""
     fd = _check(_libc.inotify_init1(IN_CLOEXEC | IN_NONBLOCK), "inotify_init1")
     watched: Dict[int, str] = {}
-    for home in spec.decoy_homes:
-        if home == "/home":  # holds homes, is none
-            continue
+    plants = [(home, IN_OPEN | IN_ACCESS) for home in spec.decoy_homes if home != "/home"]  # /home holds homes
+    if spec.sandbox_home:
+        plants.append((spec.sandbox_home, IN_ACCESS))
+    for home, mask in plants:
         for rel, template in DECOYS.items():
             path = home + "/" + rel
             _ensure_dir(os.path.dirname(path))
@@ -741,7 +754,7 @@ def _watch_decoys(spec: NamespaceSpec) -> Tuple[int, Dict[int, str]]:
                 os.write(out, template.format(token=spec.token).encode())
             finally:
                 os.close(out)
-            wd = _check(_libc.inotify_add_watch(fd, _b(path), IN_OPEN | IN_ACCESS), f"inotify_add_watch {path}")
+            wd = _check(_libc.inotify_add_watch(fd, _b(path), mask), f"inotify_add_watch {path}")
             watched[wd] = path
     return fd, watched
 
