@@ -20,6 +20,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import pg  # noqa: E402
 import support  # noqa: E402
 from support import gates as _caps  # noqa: E402
 
@@ -119,6 +120,16 @@ def loopback_udp6():
     """Like ``loopback_udp`` on ``::1``; skipped when ::1 is unusable."""
     support.need("ipv6_loopback")
     yield from _listener(support.UdpSink, "::1")
+
+
+# --- launch backends ---------------------------------------------------------------------------
+
+@pytest.fixture(params=pg.BACKEND_PARAMS)
+def backend(request):
+    """Each launch backend (``pg.Backend``: plain, ns) in turn. To run only some cases of a
+    parametrized test under ns: ``@pytest.mark.parametrize("x, backend", [pg.backend_param("plain",
+    1), pg.backend_param("ns", 1), ...], indirect=["backend"])``."""
+    return pg.Backend(request.param)
 
 
 # --- builds --------------------------------------------------------------------------------------

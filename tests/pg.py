@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Sequence
 
+import pytest
+
 
 @dataclass
 class Result:
@@ -46,14 +48,73 @@ def pipguard(args: Sequence[str], *, cwd: os.PathLike, env: dict, timeout: float
     return Result(proc.returncode, proc.stdout, proc.stderr, data)
 
 
+# --- the launch backends, for the suites that run under each -----------------------------------
+
+@dataclass(frozen=True)
+class Backend:
+    """One launch backend a suite runs under (the ``backend`` fixture, tests/conftest.py):
+    ``plain`` (``--isolation os``: the host's filesystem, process table and network behind the
+    OS layer) or ``ns`` (``--isolation ns``: the namespace backend, same layers inside)."""
+
+    name: str
+
+    @property
+    def ns(self) -> bool:
+        return self.name == "ns"
+
+    @property
+    def isolation(self) -> str:
+        """The ``--isolation`` value that insists on this backend (exit 2 when it cannot)."""
+        return "ns" if self.ns else "os"
+
+    @property
+    def install_args(self) -> List[str]:
+        """Options for ``pipguard install --sandbox``: plain is the default (none given, so
+        the plain parametrization is exactly the test as it was)."""
+        return ["--isolation", "ns"] if self.ns else []
+
+
+PLAIN = Backend("plain")
+NS = Backend("ns")
+
+
+def backend_param(name: str, *values, id: Optional[str] = None):
+    """A ``pytest.param`` for the ``backend`` fixture (``indirect``), optionally together with
+    other arguments: ``ns`` needs user namespaces (skipped without them, failed under
+    PIPGUARD_REQUIRE_ALL_LAYERS=1). Use it to run only the representative case of a
+    parametrized test under ns."""
+    from support import requires
+
+    marks = [requires("userns")] if name == "ns" else []
+    return pytest.param(*values, name, marks=marks, id=id or "-".join([*map(str, values), name]))
+
+
+#: the ``backend`` fixture's parameters: every backend the launcher starts
+BACKEND_PARAMS = [backend_param("plain"), backend_param("ns")]
+
+
 def run_os(argv: Sequence[object], work: os.PathLike, home, *extra: str, env_extra: Optional[dict] = None,
-           fake_tokens: bool = False, timeout: float = 180, complete: bool = False) -> Result:
-    """``pipguard run --isolation os [EXTRA] -- ARGV`` in ``work`` with the fake home's
-    environment. ``complete``: also assert that a report came back with every OS-layer part
-    applied (the evidence tests need all of them)."""
-    r = pipguard(["run", "--isolation", "os", *extra, "--", *map(str, argv)],
+           fake_tokens: bool = False, timeout: float = 180, complete: bool = False,
+           backend: Backend = PLAIN) -> Result:
+    """``pipguard run --isolation os|ns [EXTRA] -- ARGV`` (the ``backend``'s) in ``work`` with
+    the fake home's environment. ``complete``: also assert that a report came back with every
+    OS-layer part applied (the evidence tests need all of them)."""
+    r = pipguard(["run", "--isolation", backend.isolation, *extra, "--", *map(str, argv)],
                  cwd=work, env=home.env(env_extra, fake_tokens=fake_tokens), timeout=timeout)
     if complete:
         assert r.report is not None, r.stderr
-        assert r.report["isolation"]["requested"] == "os" and not r.report["isolation"]["unavailable"]
+        isolation = r.report["isolation"]
+        assert isolation["requested"] == backend.isolation and not isolation["unavailable"], isolation
+        assert ("ns" in isolation["applied"]) == backend.ns, isolation
     return r
+
+
+def assert_decoy_read(r: Result, home, key: str, target, printed: bool = True) -> None:
+    """Under ns a credential read *succeeds* on a decoy (the real home is not in the
+    namespace): never the fake home's marker (``printed``: the command printed what it read,
+    the decoy), and reported as ``decoy-read`` by the ns layer."""
+    assert home.markers[key] not in r.stdout + r.stderr
+    assert not printed or "pipguard-decoy-" in r.stdout, (r.stdout, r.stderr)
+    found = r.blocked(kind="file-read", rule="decoy-read")
+    assert str(target) in [e["target"] for e in found], r.report["events"]
+    assert all(e["layer"] == "ns" for e in found) and r.report["verdict"] == "blocked"

@@ -15,6 +15,7 @@ import textwrap
 
 import pytest
 
+from pg import backend_param
 from support import build_sdist
 from support.corpus import project
 from support.pipinstall import PY, listing, pg_install, site_import
@@ -50,16 +51,25 @@ def test_legit_c_extension_builds_and_imports(tmp_path, fake_home, route, target
     assert gcc, "the compiler ran inside the sandbox and was recorded"
 
 
-@pytest.mark.parametrize("name, phase, kind", [
+HOSTILE = [
     ("steal_at_build", "get_requires_for_build_wheel", "file-read"),
     ("steal_at_metadata", "get_requires_for_build_wheel", "file-read"),  # setup.py runs per hook
     ("env_grandchild", "get_requires_for_build_wheel", "file-read"),
     ("bashrc_persist", "get_requires_for_build_wheel", "file-write"),
-])
+]
+#: under ns, the representative of each class (a read, a persistence write) on one route
+HOSTILE_NS = ("steal_at_build", "bashrc_persist")
+
+
+@pytest.mark.parametrize("name, phase, kind, route, backend", [
+    *(backend_param("plain", *case, route, id=f"{case[0]}-{route}") for case in HOSTILE
+      for route in ("index", "find-links")),
+    *(backend_param("ns", *case, "find-links", id=f"{case[0]}-find-links-ns") for case in HOSTILE
+      if case[0] in HOSTILE_NS)], indirect=["route", "backend"])
 def test_hostile_sdist_refused_nothing_installed(tmp_path, fake_home, route, target,
-                                                 loopback_tcp, name, phase, kind):
+                                                 loopback_tcp, name, phase, kind, backend):
     before = listing(target)
-    proc, report = pg_install(["--keep-env", "PIPGUARD_TEST_SINK", name], home=fake_home,
+    proc, report = pg_install([*backend.install_args, "--keep-env", "PIPGUARD_TEST_SINK", name], home=fake_home,
                               target=target, route=route, cwd=tmp_path,
                               extra_env={"PIPGUARD_TEST_SINK": f"127.0.0.1:{loopback_tcp.port}"})
     assert proc.returncode == 1, proc.stderr[-3000:]
@@ -74,16 +84,27 @@ def test_hostile_sdist_refused_nothing_installed(tmp_path, fake_home, route, tar
     assert pkg is None or pkg["events"], "blocked events are attributed to the package that made them"
 
 
-def test_native_helper_refused_by_os_layer(tmp_path, fake_home, route, target, loopback_tcp):
-    """A compiled helper never touches Python: Landlock/seccomp stop it, the supervisor reports it."""
+@pytest.mark.parametrize("route, backend", [backend_param("plain", "index"), backend_param("plain", "find-links"),
+                                            backend_param("ns", "find-links")], indirect=True)
+def test_native_helper_refused_by_os_layer(tmp_path, fake_home, route, target, loopback_tcp, backend):
+    """A compiled helper never touches Python: Landlock/seccomp stop it, the supervisor reports it.
+    Under ns (read observation off) its read gets a decoy, reported by the ns layer; its connect
+    to the sink then is refused (only ``lo`` inside) and reported by the supervisor."""
     before = listing(target)
-    proc, report = pg_install(["--isolation", "os", "--keep-env", "PIPGUARD_TEST_SINK", "native_helper"],
+    proc, report = pg_install(["--isolation", backend.isolation, "--keep-env", "PIPGUARD_TEST_SINK", "native_helper"],
                               home=fake_home, target=target, route=route,
                               cwd=tmp_path,
                               extra_env={"PIPGUARD_TEST_SINK": f"127.0.0.1:{loopback_tcp.port}"})
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert listing(target) == before and loopback_tcp.received == []
     native = [e for e in report["events"] if e["action"] == "blocked" and e["layer"] in ("supervisor", "seccomp")]
+    if backend.ns:
+        reads = [e for e in report["events"] if e["rule"] == "decoy-read"]
+        assert reads and all(e["layer"] == "ns" and e["action"] == "blocked" for e in reads), report["events"]
+        assert any(e["target"].endswith(".ssh/id_rsa") for e in reads), reads
+        assert any(e["kind"] == "network" for e in native), native
+        assert not fake_home.stolen()
+        return
     assert any(e["kind"] == "file-read" and e["target"].endswith(".ssh/id_rsa") for e in native), native
     # (the helper gives up before connecting when the read fails: connect
     # evidence for native code is covered in test_evidence/test_os_layer_e2e)

@@ -18,6 +18,7 @@ import textwrap
 
 import pytest
 
+from pg import backend_param
 from support import build_sdist
 from support.pipinstall import listing, make_venv, pg_install, site_import
 from test_install_seam import BACKEND, pip_list, write_project
@@ -48,11 +49,13 @@ ATTEMPTS = {
 }
 
 
-@pytest.mark.parametrize("how", ["python", "native"])
-def test_event_flood_cannot_hide_a_blocked_attempt(tmp_path, fake_home, links, target, how):
+@pytest.mark.parametrize("how, backend", [backend_param("plain", "python"), backend_param("plain", "native"),
+                                          backend_param("ns", "native")], indirect=["backend"])
+def test_event_flood_cannot_hide_a_blocked_attempt(tmp_path, fake_home, links, target, how, backend):
     """Found by review: the report keeps at most max_events events and dropped the rest, a
     refusal included; the audit FIFO is writable from the sandbox, so a build wrote 12000
-    forged harmless events, then read a key: verdict clean, installed, exit 0."""
+    forged harmless events, then read a key: verdict clean, installed, exit 0. Under ns the
+    native read gets a decoy, and its report (decoy-read) must survive the flood the same way."""
     secret = str(fake_home.secrets["id_rsa"])
     extra = links.add(tmp_path / "extra")
     proj = write_project(tmp_path / "f", "flooder")
@@ -60,7 +63,8 @@ def test_event_flood_cannot_hide_a_blocked_attempt(tmp_path, fake_home, links, t
     (proj / "setup.py").write_text(code + (proj / "setup.py").read_text())
     build_sdist(proj, extra)
     before = listing(target)
-    proc, report = pg_install(["flooder"], home=fake_home, target=target, route=links, cwd=tmp_path)
+    proc, report = pg_install([*backend.install_args, "flooder"], home=fake_home, target=target, route=links,
+                              cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert listing(target) == before
     assert any(e["kind"] == "file-read" and e["target"] == secret for e in _blocked(report)), \
@@ -69,8 +73,10 @@ def test_event_flood_cannot_hide_a_blocked_attempt(tmp_path, fake_home, links, t
 
 
 # --------------------------------------------------------------------------- direct URLs
-@pytest.mark.parametrize("where", ["build-requires", "requires-dist"])
-def test_hook_result_naming_a_url_is_refused(tmp_path, fake_home, links, target, loopback_tcp, where):
+@pytest.mark.parametrize("where, backend", [backend_param("plain", "build-requires"),
+                                            backend_param("ns", "build-requires"),
+                                            backend_param("plain", "requires-dist")], indirect=["backend"])
+def test_hook_result_naming_a_url_is_refused(tmp_path, fake_home, links, target, loopback_tcp, where, backend):
     """Found by review: hook calls have no network, but what get_requires_for_build_wheel
     returns (setup_requires) and the metadata prepare_metadata writes (install_requires) are
     requirements pip resolves itself, unsandboxed: ``x @ http://HOST/...`` made pip connect
@@ -81,7 +87,8 @@ def test_hook_result_naming_a_url_is_refused(tmp_path, fake_home, links, target,
     proj = write_project(tmp_path / "u", "urlleak", setup_extra=f", {keyword}=['leak @ {url}']")
     build_sdist(proj, extra)
     before = listing(target)
-    proc, report = pg_install(["urlleak"], home=fake_home, target=target, route=links, cwd=tmp_path)
+    proc, report = pg_install([*backend.install_args, "urlleak"], home=fake_home, target=target, route=links,
+                              cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert loopback_tcp.received == [], loopback_tcp.received  # pip never fetched it
     assert listing(target) == before
@@ -110,8 +117,9 @@ if os.path.isfile('.git/config'):
 }
 
 
-@pytest.mark.parametrize("how", sorted(GIT_ATTACKS))
-def test_build_cannot_plant_git_hooks_in_the_project(tmp_path, fake_home, links, target, how):
+@pytest.mark.parametrize("how, backend", [backend_param("plain", "config"), backend_param("plain", "hook"),
+                                          backend_param("ns", "hook")], indirect=["backend"])
+def test_build_cannot_plant_git_hooks_in_the_project(tmp_path, fake_home, links, target, how, backend):
     """Found by review: a local project is built in place, its tree writable by the build —
     and with it the repository's .git: a hook or a core.fsmonitor there runs at the user's
     (or CI's) next git command, unsandboxed. Now refused, reported, and put back."""
@@ -124,7 +132,7 @@ def test_build_cannot_plant_git_hooks_in_the_project(tmp_path, fake_home, links,
     (git / "HEAD").write_text("ref: refs/heads/main\n")
     before_git = listing(git)
     before = listing(target)
-    proc, report = pg_install(["."], home=fake_home, target=target, route=links, cwd=proj)
+    proc, report = pg_install([*backend.install_args, "."], home=fake_home, target=target, route=links, cwd=proj)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert listing(target) == before
     assert listing(git) == before_git  # restored
@@ -141,8 +149,9 @@ PKG_INFO_ATTACKS = {
 }
 
 
-@pytest.mark.parametrize("how", sorted(PKG_INFO_ATTACKS))
-def test_source_tree_metadata_is_not_read_through_a_trap(tmp_path, fake_home, links, target, how):
+@pytest.mark.parametrize("how, backend", [backend_param("plain", "fifo"), backend_param("plain", "symlink"),
+                                          backend_param("ns", "symlink")], indirect=["backend"])
+def test_source_tree_metadata_is_not_read_through_a_trap(tmp_path, fake_home, links, target, how, backend):
     """Found by review: pipguard reads the source tree's PKG-INFO before every hook call (to
     name the package in the report), unsandboxed; the previous call may have replaced it."""
     secret = fake_home.path / ".config" / "app" / "meta.txt"
@@ -158,8 +167,8 @@ def test_source_tree_metadata_is_not_read_through_a_trap(tmp_path, fake_home, li
         """))
     build_sdist(proj, extra)
     before = listing(target)
-    proc, report = pg_install(["trapper"], home=fake_home, target=target, route=links, cwd=tmp_path,
-                              timeout=300)
+    proc, report = pg_install([*backend.install_args, "trapper"], home=fake_home, target=target, route=links,
+                              cwd=tmp_path, timeout=300)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert listing(target) == before
     text = (tmp_path / "install-report.json").read_text()
