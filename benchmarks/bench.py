@@ -32,6 +32,11 @@ What it does (see docs/performance.md for results and how to read them):
      install-noreads  the same with --no-observe-reads (native reads are
                       still blocked by Landlock but not reported: the
                       trade-off the docs describe, measured)
+     install-ns       pipguard install --sandbox --isolation ns (each hook
+                      call in namespaces of its own; read observation at
+                      the ns default, off: the decoys report credential reads)
+     install-ns-reads the same with --observe-reads (every native open
+                      notified, as under the plain backend)
    When ``pipguard install`` is missing the headline row is ``full`` and the
    output says "pipguard run (install command not available)".
    Per install, the number of hook calls (phases in pipguard's ``--report``)
@@ -136,8 +141,16 @@ VARIANT_HELP = {
     "install": "pipguard install --sandbox",
     "install-noreads": "pipguard install --sandbox --no-observe-reads (the documented trade-off: "
                        "native reads still blocked, not reported)",
+    "install-ns": "pipguard install --sandbox --isolation ns (namespace backend; read observation "
+                  "at its default, off: decoys report credential reads)",
+    "install-ns-reads": "pipguard install --sandbox --isolation ns --observe-reads (namespace backend, "
+                        "every native open observed)",
 }
-ALL_VARIANTS = ("plain", "audit", "os", "full", "install", "install-noreads")
+ALL_VARIANTS = ("plain", "audit", "os", "full", "install", "install-noreads", "install-ns", "install-ns-reads")
+#: the options each pipguard-install variant adds to ``install --sandbox``
+INSTALL_VARIANTS = {"install": [], "install-noreads": ["--no-observe-reads"],
+                    "install-ns": ["--isolation", "ns"],
+                    "install-ns-reads": ["--isolation", "ns", "--observe-reads"]}
 
 IMPORT_WORKLOAD = (
     "email.mime.multipart", "email.policy", "json", "http.client", "http.server",
@@ -409,11 +422,9 @@ class Bench:
                     *report, "--", *pip]
         if variant == "full":
             return [*self.pipguard, "run", *grants, *report, "--", *pip]
-        if variant in ("install", "install-noreads"):
+        if variant in INSTALL_VARIANTS:
             help_text = self.install_cmd or ""
-            cmd = [*self.pipguard, "install", "--sandbox", *report]
-            if variant == "install-noreads":
-                cmd.append("--no-observe-reads")
+            cmd = [*self.pipguard, "install", "--sandbox", *report, *INSTALL_VARIANTS[variant]]
             if "--python" in help_text:
                 cmd += ["--python", py]
             else:  # pip's own option: install into the venv's layout

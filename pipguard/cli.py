@@ -103,10 +103,19 @@ def _fail(message: str, hint: Optional[str] = None, code: int = exitcodes.ERROR)
 # -- the commands' bodies -----------------------------------------------------
 
 
+def _observe_reads(on: bool, off: bool) -> Optional[bool]:
+    """``--observe-reads`` / ``--no-observe-reads``; None (neither): the backend's default
+    (on, and off under ns, where the decoys report credential reads)."""
+    if on and off:
+        raise UsageError("--observe-reads and --no-observe-reads contradict each other",
+                         hint="give one of them (neither: on, and off under --isolation ns)")
+    return True if on else (False if off else None)
+
+
 def _run(isolation, allow_network, allow_hosts, allow_write, allow_read, deny_subprocess,
          keep_env, no_observe_reads, timeout, report_path, fmt, record_build_dir, command,
          limit_memory=None, limit_processes=None, limit_cpu=None, limit_write=None,
-         vm_accel="kvm") -> None:
+         vm_accel="kvm", observe_reads=False) -> None:
     """The body of ``pipguard run`` (called by click, or by the fast path)."""
     from pipguard import limits
     from pipguard.policy import HostPort, Policy
@@ -120,7 +129,7 @@ def _run(isolation, allow_network, allow_hosts, allow_write, allow_read, deny_su
         allow_hosts=tuple(HostPort.parse(h) for h in allow_hosts),
         allow_subprocess=not deny_subprocess,
         allow_write=allow_write, allow_read=allow_read, keep_env=keep_env,
-        isolation=isolation, timeout=timeout, observe_reads=False if no_observe_reads else None,
+        isolation=isolation, timeout=timeout, observe_reads=_observe_reads(observe_reads, no_observe_reads),
         vm_accel=vm_accel,
         **limits.policy_settings(limit_memory, limit_processes, limit_cpu, limit_write),
     )
@@ -203,7 +212,7 @@ def _install(sandbox_only: bool, kw: dict) -> None:
         build_timeout=kw["build_timeout"],
         keep_env=tuple(dict.fromkeys([*kw["keep_env"], *project.keep_env])),
         # None: the backend's default (on; off under ns, where decoys report credential reads)
-        observe_reads=False if kw["no_observe_reads"] else None,
+        observe_reads=_observe_reads(kw["observe_reads"], kw["no_observe_reads"]),
         allow_read=tuple(dict.fromkeys([*_existing(kw["allow_read"], "--allow-read"), *project.allow_read])),
         allow_write=tuple(dict.fromkeys([*_existing(kw["allow_write"], "--allow-write"),
                                          *project.allow_write])),
@@ -392,6 +401,9 @@ def _click_app():
     @click.option("--no-observe-reads", is_flag=True,
                   help="Do not observe native file reads (cheaper; Landlock still blocks them, "
                        "but native attempts are then not reported).")
+    @click.option("--observe-reads", is_flag=True,
+                  help="Observe native file reads also under --isolation ns (where the decoys "
+                       "report credential reads and observation is off by default).")
     @click.option("--timeout", type=float, callback=_positive_float, metavar="SECONDS",
                   help="Kill the whole sandbox after this many seconds (exit 124).")
     @click.option("--report", "report_path", metavar="FILE", help="Write the JSON report here (atomically).")
@@ -404,7 +416,7 @@ def _click_app():
     @click.option("--limit-write", metavar="SIZE", help="Largest file the run may write (default 16G).")
     @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
     def run(isolation, vm_accel, allow_network, allow_hosts, allow_write, allow_read, deny_subprocess,
-            keep_env, no_observe_reads, timeout, report_path, fmt, record_build_dir, command,
+            keep_env, no_observe_reads, observe_reads, timeout, report_path, fmt, record_build_dir, command,
             limit_memory, limit_processes, limit_cpu, limit_write) -> None:
         """Run COMMAND in the sandbox: pipguard run [OPTIONS] -- CMD [ARG...]
 
@@ -413,7 +425,7 @@ def _click_app():
         """
         _run(isolation, allow_network, allow_hosts, allow_write, allow_read, deny_subprocess,
              keep_env, no_observe_reads, timeout, report_path, fmt, record_build_dir, command,
-             limit_memory, limit_processes, limit_cpu, limit_write, vm_accel)
+             limit_memory, limit_processes, limit_cpu, limit_write, vm_accel, observe_reads)
 
     def _install_options(f):
         """pipguard's own options of install and sandbox; every other argument is pip's."""
@@ -450,6 +462,9 @@ def _click_app():
             click.option("--no-observe-reads", is_flag=True,
                          help="Do not observe native file reads (faster builds; Landlock still blocks "
                               "them, but native read attempts are then not reported)."),
+            click.option("--observe-reads", is_flag=True,
+                         help="Observe native file reads also under --isolation ns (off there by "
+                              "default: the decoys report credential reads)."),
             click.option("--probe-imports", is_flag=True,
                          help="Also import each new top-level module in the sandbox before committing."),
             click.option("--report", "report_path", metavar="FILE",
@@ -575,7 +590,8 @@ def __getattr__(name: str) -> Any:
 # -- the fast path ------------------------------------------------------------
 
 _RUN_FLAGS = {"--allow-network": "allow_network", "--deny-subprocess": "deny_subprocess",
-              "--no-observe-reads": "no_observe_reads", "--record-build-dir": "record_build_dir"}
+              "--no-observe-reads": "no_observe_reads", "--observe-reads": "observe_reads",
+              "--record-build-dir": "record_build_dir"}
 _RUN_VALUES = {"--isolation": "isolation", "--timeout": "timeout", "--report": "report_path",
                "--format": "fmt", "--limit-memory": "limit_memory",
                "--limit-processes": "limit_processes", "--limit-cpu": "limit_cpu",
@@ -593,6 +609,7 @@ def _fast_run_params(args: List[str]) -> Optional[Dict[str, Any]]:
     params: Dict[str, Any] = {
         "isolation": "auto", "allow_network": False, "allow_hosts": (), "allow_write": (),
         "allow_read": (), "deny_subprocess": False, "keep_env": (), "no_observe_reads": False,
+        "observe_reads": False,
         "timeout": None, "report_path": None, "fmt": "table", "record_build_dir": False,
         "limit_memory": None, "limit_processes": None, "limit_cpu": None, "limit_write": None,
         "vm_accel": "kvm",  # --vm-accel itself is left to click

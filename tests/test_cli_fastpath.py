@@ -13,7 +13,8 @@ import pytest
 from pipguard import cli
 
 OPTIONS = [
-    [], ["--allow-network"], ["--deny-subprocess"], ["--no-observe-reads"], ["--record-build-dir"],
+    [], ["--allow-network"], ["--deny-subprocess"], ["--no-observe-reads"], ["--observe-reads"],
+    ["--record-build-dir"],
     ["--isolation", "os"], ["--isolation=audit"], ["--isolation", "bogus"], ["--isolation"],
     ["--timeout", "2.5"], ["--timeout=1e3"], ["--timeout", "0"], ["--timeout", "-1"], ["--timeout", "x"],
     ["--timeout", "nan"], ["--timeout", "inf"],

@@ -286,3 +286,18 @@ def test_a_tree_only_its_owner_may_enter_is_readable_read_only(work, fake_home):
         assert os.stat(base).st_uid == 0 and oct(os.stat(base).st_mode & 0o777) == "0o700"  # unchanged
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_observe_reads_on_under_ns(work, fake_home):
+    """``--observe-reads`` turns read observation on under ns (off by default there): the native
+    key read is then refused by the supervisor (secret-read) before any decoy is opened; both
+    flags together are a usage error."""
+    key = str(fake_home.secrets["id_rsa"])
+    r = _cli(["run", "--isolation", "ns", "--observe-reads", "--", "cat", key], cwd=work, env=fake_home.env())
+    assert r.returncode == 1 and "pipguard-decoy-" not in r.stdout, (r.stdout, r.stderr)
+    assert r.report["policy"]["observe_reads"] is True
+    (event,) = [e for e in r.blocked(kind="file-read") if e["target"] == key]
+    assert event["rule"] == "secret-read" and event["layer"] == "supervisor", r.report["events"]
+    both = _cli(["run", "--isolation", "ns", "--observe-reads", "--no-observe-reads", "--", "true"],
+                cwd=work, env=fake_home.env())
+    assert both.returncode == 2 and "contradict" in both.stderr, both.stderr
