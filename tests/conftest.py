@@ -66,6 +66,14 @@ def pytest_runtest_setup(item):
 # --- fake home ---------------------------------------------------------------------------------
 
 @pytest.fixture
+def work(tmp_path):
+    """An empty working directory for one run: ``tmp_path/work``."""
+    path = tmp_path / "work"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
 def fake_home_factory():
     """``make(owner_uid=None, owner_gid=None) -> FakeHome``; every home is removed at teardown."""
     made = []
@@ -109,6 +117,17 @@ def loopback_udp():
 
 
 @pytest.fixture
+def build_host(tmp_path):
+    """A loopback HTTP server serving ``crate.txt`` (``support.BuildHost.CONTENT``), as a crate
+    or Go module host: ``.port``."""
+    host = support.BuildHost(tmp_path / "served").start()
+    try:
+        yield host
+    finally:
+        host.stop()
+
+
+@pytest.fixture
 def loopback_tcp6():
     """Like ``loopback_tcp`` on ``::1``; skipped when ::1 is unusable."""
     support.need("ipv6_loopback")
@@ -145,6 +164,21 @@ def wheelhouse() -> Path:
         if _caps.strict():
             pytest.fail(msg, pytrace=False)
         pytest.skip(msg)
+
+
+@pytest.fixture(scope="session")
+def buildtools() -> Path:
+    """The real ecosystem's build backends as wheels (meson-python, maturin, flit-core,
+    hatchling... : support.buildtools), fetched once into the test cache. Skips if they cannot
+    be had (fails under PIPGUARD_REQUIRE_ALL_LAYERS=1)."""
+    from support.buildtools import BuildToolsUnavailable, ensure
+
+    try:
+        return ensure()
+    except BuildToolsUnavailable as exc:
+        if _caps.strict():
+            pytest.fail(str(exc), pytrace=False)
+        pytest.skip(str(exc))
 
 
 @pytest.fixture

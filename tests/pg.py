@@ -48,6 +48,16 @@ def pipguard(args: Sequence[str], *, cwd: os.PathLike, env: dict, timeout: float
     return Result(proc.returncode, proc.stdout, proc.stderr, data)
 
 
+def run_api(argv: Sequence[str], work: os.PathLike, home, *, record_build_dir: bool = False, **policy):
+    """``pipguard.sandbox.run(ARGV, Policy(**policy))`` in ``work`` with the fake home's
+    environment: the library's API, in this process (its Report)."""
+    from pipguard import sandbox
+    from pipguard.policy import Policy
+
+    return sandbox.run(list(argv), Policy(**policy), cwd=str(work), env=home.env(),
+                       record_build_dir=record_build_dir)
+
+
 # --- the launch backends, for the suites that run under each -----------------------------------
 
 @dataclass(frozen=True)

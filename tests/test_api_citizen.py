@@ -21,6 +21,7 @@ import threading
 
 import pytest
 
+import pg
 from pipguard import sandbox
 from pipguard.policy import Policy
 from support.users import run_as_nobody
@@ -53,15 +54,8 @@ def _attributes() -> dict:
             "mask": signal.pthread_sigmask(signal.SIG_BLOCK, set())}
 
 
-@pytest.fixture
-def work(tmp_path):
-    path = tmp_path / "work"
-    path.mkdir()
-    return path
-
-
 def _run(work, fake_home, script, **policy):
-    return sandbox.run(["sh", "-c", script], Policy(**policy), cwd=str(work), env=fake_home.env())
+    return pg.run_api(["sh", "-c", script], work, fake_home, **policy)
 
 
 def test_callers_own_children_keep_their_statuses(work, fake_home):

@@ -20,23 +20,12 @@ from pathlib import Path
 import pytest
 
 from support import requires, strict
-from support.buildtools import BuildToolsUnavailable, ensure
 from support.pipinstall import Route, pg_install
 
 pytestmark = [requires("linux"), requires("landlock", abi=6), requires("seccomp_user_notif")]
 
 #: the environment of a user who never set it (the suite's clean_env sets it to 1)
 BYTECODE_ON = {"PYTHONDONTWRITEBYTECODE": None}
-
-
-@pytest.fixture(scope="module")
-def buildtools() -> Path:
-    try:
-        return ensure()
-    except BuildToolsUnavailable as exc:
-        if strict():
-            pytest.fail(str(exc), pytrace=False)
-        pytest.skip(str(exc))
 
 
 @pytest.fixture

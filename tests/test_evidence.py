@@ -16,20 +16,12 @@ import sys
 import textwrap
 import time
 
-import pytest
 
 import pg
 from support import requires
 
 PY = sys.executable
 pytestmark = [requires("linux"), requires("landlock", abi=6), requires("seccomp_user_notif")]
-
-
-@pytest.fixture
-def work(tmp_path):
-    d = tmp_path / "work"
-    d.mkdir()
-    return d
 
 
 def run_os(argv, work, home, *extra, env_extra=None, timeout=180, backend=pg.PLAIN):

@@ -25,6 +25,7 @@ import pytest
 
 import support
 from support import gatewheels
+from support.projects import pyproject
 from pipguard import gate
 from pipguard.errors import PipError, UsageError
 from pipguard.gate import Finding, scan_artifact, scan_sdist, scan_wheel
@@ -219,14 +220,9 @@ def _project(root: Path, name: str, src_layout: bool) -> Path:
     pkg = proj / "src" / name if src_layout else proj / name
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("VALUE = 1\n")
-    (proj / "pyproject.toml").write_text(textwrap.dedent(f"""\
-        [build-system]
-        requires = ["setuptools"]
-        build-backend = "setuptools.build_meta"
-        [project]
-        name = "{name}"
-        version = "1.0"
-        """) + ("" if src_layout else f'[tool.setuptools]\npackages = ["{name}"]\n'))
+    (proj / "pyproject.toml").write_text(pyproject(
+        name, "setuptools", "setuptools.build_meta",
+        tail="" if src_layout else f'[tool.setuptools]\npackages = ["{name}"]\n'))
     return proj
 
 

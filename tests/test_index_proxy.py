@@ -18,6 +18,7 @@ from pg import pipguard
 from support import build_sdist
 from support.corpus import project
 from support.pipinstall import listing
+from support.probes import ATTEMPT
 
 PY = sys.executable
 
@@ -48,14 +49,8 @@ def test_only_the_index_is_reachable(tmp_path, fake_home, index, loopback_tcp):
     work.mkdir()
     script = work / "probe.py"
     sink = loopback_tcp.port
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(ATTEMPT + textwrap.dedent(f"""
         import os, socket, urllib.request
-        def attempt(what, fn):
-            try:
-                fn()
-                print(what, "ok")
-            except Exception as exc:
-                print(what, "failed", type(exc).__name__)
         attempt("index", lambda: urllib.request.urlopen({index.url!r}, timeout=10).read())
         attempt("direct", lambda: socket.create_connection(("127.0.0.1", {sink}), timeout=5).sendall(b"LEAK"))
         attempt("via-proxy", lambda: urllib.request.urlopen("http://127.0.0.1:{sink}/LEAK", timeout=10).read())

@@ -20,8 +20,8 @@ import pytest
 
 from pg import backend_param
 from support import build_sdist
-from support.pipinstall import listing, make_venv, pg_install, site_import
-from test_install_seam import BACKEND, pip_list, write_project
+from support.pipinstall import listing, make_venv, pg_install, pip_list, site_import
+from support.projects import BACKEND, write_project
 
 
 def _blocked(report):

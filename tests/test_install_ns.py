@@ -6,40 +6,24 @@ with credentials in PIP_INDEX_URL, and --find-links), as root and as ``nobody``.
 
 from __future__ import annotations
 
-import functools
-import http.server
 import os
 import shutil
 import subprocess
 import tempfile
-import textwrap
-import threading
 from pathlib import Path
 
 import pytest
 
 import support
-from support import build_sdist, requires, strict
-from support.buildtools import BuildToolsUnavailable, ensure
+from support import build_sdist, requires
 from support.pipinstall import PY, Route, listing, pg_install, site_import
-from test_install_seam import write_project
+from support.projects import pyproject, write_project
 from test_os_layer_e2e import nobody_python  # noqa: F401 (fixture)
 
 pytestmark = [requires("linux"), requires("userns"), requires("landlock", abi=6),
               requires("seccomp_user_notif")]
 
 NS = ["--isolation", "ns"]
-
-
-@pytest.fixture(scope="module")
-def backends() -> Path:
-    """flit-core and hatchling (with hatchling's dependencies), cached once (support.buildtools)."""
-    try:
-        return ensure()
-    except BuildToolsUnavailable as exc:
-        if strict():
-            pytest.fail(str(exc), pytrace=False)
-        pytest.skip(str(exc))
 
 
 def pyproject_project(root: Path, name: str, backend: str) -> Path:
@@ -50,16 +34,7 @@ def pyproject_project(root: Path, name: str, backend: str) -> Path:
                         "hatch": ("hatchling", "hatchling.build")}[backend]
     (src / f"{name}.py").write_text(f'"""{name}: built by {backend} in a namespace."""\n'
                                     f'__version__ = "1.0"\nVALUE = {name!r}\n')
-    (src / "pyproject.toml").write_text(textwrap.dedent(f"""\
-        [build-system]
-        requires = ["{requires_}"]
-        build-backend = "{build}"
-
-        [project]
-        name = "{name}"
-        version = "1.0"
-        description = "pipguard ns test"
-        """))
+    (src / "pyproject.toml").write_text(pyproject(name, requires_, build, description="pipguard ns test"))
     return src
 
 
@@ -71,10 +46,10 @@ def _hook_phases(report, package) -> list:
     return [p["name"] for p in report["phases"] if p["package"] == package]
 
 
-def test_real_builds_install_under_ns(tmp_path, fake_home, route, target, backends):
+def test_real_builds_install_under_ns(tmp_path, fake_home, route, target, buildtools):
     """setuptools, a C extension (gcc in the namespace), flit-core and hatchling sdists: each
     hook call in its own namespaces, the results installed and importable."""
-    route.add(backends)
+    route.add(buildtools)
     extra = route.add(tmp_path / "extra")
     build_sdist(pyproject_project(tmp_path / "p", "nsflit", "flit"), extra, "nsflit", "1.0")
     build_sdist(pyproject_project(tmp_path / "p", "nshatch", "hatch"), extra, "nshatch", "1.0")
@@ -264,23 +239,6 @@ for name, url in sorted((k, v) for k, v in os.environ.items() if k.startswith('P
 """
 
 
-@pytest.fixture
-def build_host(tmp_path):
-    """A loopback HTTP server the test starts as a build host (crates, Go modules): ``.port``."""
-    served = tmp_path / "served"
-    served.mkdir(exist_ok=True)
-    (served / "crate.txt").write_text("crate-bytes-from-the-build-host")
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
-    handler.log_message = lambda *a, **k: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.requests = []
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    server.port = server.server_address[1]
-    yield server
-    server.shutdown()
-    server.server_close()
-
-
 @pytest.mark.parametrize("allowed", [True, False])
 def test_build_host_under_ns(tmp_path, fake_home, links, target, build_host, loopback_tcp, allowed):
     """The namespace has only loopback: an allowed build host is reached through pipguard's
@@ -302,7 +260,7 @@ def test_build_host_under_ns(tmp_path, fake_home, links, target, build_host, loo
         fetched = subprocess.run([str(target / "bin" / "python"), "-c",
                                   "import nsfetch.pipguard_test_fetch as f; print(f.DATA)"],
                                  capture_output=True, text=True)
-        assert fetched.stdout.strip() == "b'crate-bytes-from-the-build-host'", fetched.stderr
+        assert fetched.stdout.strip() == repr(build_host.CONTENT), fetched.stderr
         assert any(n["port"] == build_host.port and n["action"] == "allowed" and n["layer"] == "proxy"
                    for n in network), network
     else:

@@ -7,7 +7,6 @@ one that looks for the index credentials everywhere it can."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import textwrap
 from pathlib import Path
@@ -15,31 +14,8 @@ from pathlib import Path
 import pytest
 
 from support import build_sdist
-from support.pipinstall import Route, listing, pg_install, site_import
-
-BACKEND = '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
-
-
-def write_project(root: Path, name: str, version: str = "1.0", *, setup_extra: str = "",
-                  pyproject: str = BACKEND, module_code: str = "VALUE = 1\n") -> Path:
-    """A setuptools project ``root/name`` with package ``name.replace('-', '_')``."""
-    pkg = name.replace("-", "_")
-    src = root / name
-    (src / pkg).mkdir(parents=True)
-    (src / pkg / "__init__.py").write_text(module_code)
-    (src / "pyproject.toml").write_text(pyproject)
-    (src / "setup.py").write_text(textwrap.dedent(f"""\
-        from setuptools import setup
-        setup(name={name!r}, version={version!r}, packages=[{pkg!r}]{setup_extra})
-        """))
-    return src
-
-
-def pip_list(target: Path) -> dict:
-    out = subprocess.run([str(target / "bin" / "python"), "-m", "pip", "list", "--format=freeze"],
-                         capture_output=True, text=True, env={"PIP_CONFIG_FILE": os.devnull,
-                                                             "PATH": os.environ["PATH"]}).stdout
-    return dict(line.lower().replace("_", "-").split("==", 1) for line in out.split() if "==" in line)
+from support.pipinstall import Route, listing, pg_install, pip_list, site_import
+from support.projects import BACKEND, write_project
 
 
 # --------------------------------------------------------------------------- local projects
@@ -305,34 +281,19 @@ if url:
 
 
 @pytest.mark.parametrize("allowed", [True, False])
-def test_build_host_allow_list(tmp_path, fake_home, route, target, loopback_tcp, allowed):
+def test_build_host_allow_list(tmp_path, fake_home, route, target, loopback_tcp, allowed, build_host):
     """A build that downloads (as a Rust/Go sdist fetches crates): denied by default, allowed
     with --allow-build-host through the filtering proxy, the destination recorded either way."""
-    import functools
-    import http.server
-    import threading
-
-    served = tmp_path / "served"
-    served.mkdir()
-    (served / "crate.txt").write_text("crate-bytes")
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
-    handler.log_message = lambda *a, **k: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    port = server.server_address[1]
-    try:
-        extra = route.add(tmp_path / "extra")
-        proj = write_project(tmp_path / "f", "fetcher")
-        (proj / "setup.py").write_text(FETCHER + (proj / "setup.py").read_text())
-        build_sdist(proj, extra)
-        args = ["--keep-env", "PIPGUARD_TEST_FETCH", "fetcher"]
-        if allowed:
-            args = ["--allow-build-host", f"127.0.0.1:{port}", *args]
-        proc, report = pg_install(args, home=fake_home, target=target, route=route, cwd=tmp_path,
-                                  extra_env={"PIPGUARD_TEST_FETCH": f"http://127.0.0.1:{port}/crate.txt"})
-    finally:
-        server.shutdown()
-        server.server_close()
+    port = build_host.port
+    extra = route.add(tmp_path / "extra")
+    proj = write_project(tmp_path / "f", "fetcher")
+    (proj / "setup.py").write_text(FETCHER + (proj / "setup.py").read_text())
+    build_sdist(proj, extra)
+    args = ["--keep-env", "PIPGUARD_TEST_FETCH", "fetcher"]
+    if allowed:
+        args = ["--allow-build-host", f"127.0.0.1:{port}", *args]
+    proc, report = pg_install(args, home=fake_home, target=target, route=route, cwd=tmp_path,
+                              extra_env={"PIPGUARD_TEST_FETCH": f"http://127.0.0.1:{port}/crate.txt"})
     network = report["network"]
     if allowed:
         assert proc.returncode == 0, proc.stderr[-3000:]

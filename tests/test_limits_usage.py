@@ -15,9 +15,8 @@ import textwrap
 
 import pytest
 
+import pg
 from pipguard import report as report_mod
-from pipguard import sandbox
-from pipguard.policy import Policy
 from support.users import run_as_nobody
 from test_os_layer_e2e import nobody_python, nobody_setup  # noqa: F401 (fixtures)
 
@@ -30,16 +29,8 @@ BUSY = "import time\nend = time.process_time() + 1.0\nwhile time.process_time() 
 WRITE = "import os\nwith open('big', 'wb') as f:\n    f.write(os.urandom(6 << 20))"
 
 
-@pytest.fixture
-def work(tmp_path):
-    path = tmp_path / "work"
-    path.mkdir()
-    return path
-
-
 def _run(work, fake_home, argv, **policy):
-    report = sandbox.run(argv, Policy(**policy), cwd=str(work), env=fake_home.env(),
-                         record_build_dir=True)
+    report = pg.run_api(argv, work, fake_home, record_build_dir=True, **policy)
     assert report.exit_code == 0, (report.error, report.events)
     return report
 

@@ -20,18 +20,12 @@ import pytest
 
 import support
 from support import parse_try_one, requires
+from support.probes import ATTEMPT
 from test_evidence import live_argvs
 from test_os_layer_e2e import _cli, nobody_python, nobody_setup  # noqa: F401 (fixtures)
 
 pytestmark = [requires("linux"), requires("userns"), requires("landlock", abi=6),
               requires("seccomp_user_notif")]
-
-@pytest.fixture
-def work(tmp_path):
-    path = tmp_path / "work"
-    path.mkdir()
-    return path
-
 
 WORLD = textwrap.dedent("""
     import json, os, socket, sys
@@ -192,15 +186,9 @@ def test_fallback_when_user_namespaces_are_denied(work, fake_home):
 
 
 # ------------------------------------------------------------ issue 14, install under ns
-HOSTS = textwrap.dedent("""
+HOSTS = ATTEMPT + textwrap.dedent("""
     import socket, sys, urllib.request
     allowed, other = int(sys.argv[1]), int(sys.argv[2])
-    def attempt(what, fn):
-        try:
-            fn()
-            print(what, "ok")
-        except Exception as exc:
-            print(what, "failed", type(exc).__name__)
     attempt("allowed-via-proxy", lambda: print(urllib.request.urlopen(
         f"http://127.0.0.1:{allowed}/", timeout=10).read().decode()))
     attempt("allowed-direct", lambda: socket.create_connection(("127.0.0.1", allowed), timeout=5))

@@ -35,13 +35,6 @@ pytestmark = [requires("linux"), requires("landlock", abi=6), requires("seccomp_
 NATIVE = ("supervisor", "seccomp")  # layers that see native code
 
 
-@pytest.fixture
-def work(tmp_path):
-    d = tmp_path / "work"
-    d.mkdir()
-    return d
-
-
 def try_one(bin_, action, *args, work, home, extra=(), backend=PLAIN):
     if backend.ns:  # the helper lives in a temp dir: /tmp is the namespace's own
         extra = ("--allow-read", os.path.dirname(str(bin_)), *extra)

@@ -192,37 +192,22 @@ GUEST_ROUTES = ("for t in 10.0.2.2 127.0.0.1; do "
                 "else echo pg-direct-$t-failed; fi; done")
 
 
-def test_build_hosts_only_through_the_host_proxy(tmp_path, fake_home, loopback_tcp):
+def test_build_hosts_only_through_the_host_proxy(tmp_path, fake_home, loopback_tcp, build_host):
     """--allow-host under vm: the allowed loopback server is reached through the host's filtering
     proxy over the VM's relay; a host not allowed is refused by that proxy and reported (quiet: a
     direct connect from the sandbox; loud: a proxied request), and the guest has no other route."""
-    import functools
-    import http.server
-    import threading
-
-    served = tmp_path / "served"
-    served.mkdir()
-    (served / "crate.txt").write_text("crate-bytes")
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
-    handler.log_message = lambda *a, **k: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    port = server.server_address[1]
+    port = build_host.port
     build = tmp_path / "build"
     build.mkdir()
     (build / "fetch.py").write_text(GUEST_FETCH)
-    try:
-        result = _pipguard(["run", "--isolation", "vm", "--vm-accel", "tcg", "--allow-host", f"127.0.0.1:{port}",
-                            "--report", str(tmp_path / "r.json"), "--", sys.executable, "fetch.py",
-                            f"http://127.0.0.1:{port}/crate.txt", f"http://127.0.0.1:{loopback_tcp.port}/x"],
-                           cwd=build, home=fake_home.path, prelude=GUEST_ROUTES.format(port=port))
-    finally:
-        server.shutdown()
-        server.server_close()
+    result = _pipguard(["run", "--isolation", "vm", "--vm-accel", "tcg", "--allow-host", f"127.0.0.1:{port}",
+                        "--report", str(tmp_path / "r.json"), "--", sys.executable, "fetch.py",
+                        f"http://127.0.0.1:{port}/crate.txt", f"http://127.0.0.1:{loopback_tcp.port}/x"],
+                       cwd=build, home=fake_home.path, prelude=GUEST_ROUTES.format(port=port))
     assert result.returncode == 0, result.stderr[-3000:]
     fetched = json.loads((build / "fetch.json").read_text())
     assert fetched["proxy"].startswith("http://127.0.0.1:")  # the guest's relay, set by the guest's plan
-    assert fetched["allowed"] == "crate-bytes"
+    assert fetched["allowed"] == build_host.CONTENT.decode()
     assert fetched["denied"] == 403 and loopback_tcp.received == []  # failed, nothing reached it
     assert fetched["direct"] != "connected"
     report = json.loads((tmp_path / "r.json").read_text())

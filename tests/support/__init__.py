@@ -10,14 +10,14 @@ from .corpus import HOSTILE, LEGIT, PACKAGES, PERSIST_MARK, all_projects, attemp
 from .env import PIP_NEUTRAL, clean_env
 from .fakehome import FakeHome, make_fake_home, marker, remove_fake_home
 from .interpreters import python_versions
-from .listeners import TcpSink, UdpSink, dns_qnames
+from .listeners import BuildHost, TcpSink, UdpSink, dns_qnames
 from .sdist import build_sdist, project_name_version
 from .tryone import compile_try_one, parse as parse_try_one, run_try_one, try_one_py_argv
 from .users import NOBODY, run_as_nobody, traversable_by
 from .wheelhouse import PINS, WheelhouseUnavailable, ensure_wheelhouse, wheelhouse_dir
 
 __all__ = [
-    "FakeHome", "HOSTILE", "LEGIT", "NOBODY", "traversable_by", "PACKAGES", "PERSIST_MARK", "PINS", "PIP_NEUTRAL",
+    "BuildHost", "FakeHome", "HOSTILE", "LEGIT", "NOBODY", "traversable_by", "PACKAGES", "PERSIST_MARK", "PINS", "PIP_NEUTRAL",
     "TcpSink", "UdpSink", "WheelhouseUnavailable", "all_projects", "attempts", "build_sdist",
     "capabilities", "check", "clean_env", "compile_try_one", "describe", "dns_qnames",
     "ensure_wheelhouse", "make_fake_home", "marker", "need", "netns_preexec", "parse_try_one",

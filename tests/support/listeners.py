@@ -158,3 +158,31 @@ def dns_qnames(datagrams: List[bytes]) -> List[str]:
         except (IndexError, UnicodeDecodeError):
             continue
     return names
+
+
+class BuildHost:
+    """A loopback HTTP server serving ``directory`` (with ``crate.txt`` = :attr:`CONTENT`
+    planted), as a crate or Go module host a build may be allowed to reach: ``.port``."""
+
+    CONTENT = b"crate-bytes"
+
+    def __init__(self, directory) -> None:
+        import functools
+        import http.server
+        import os
+
+        os.makedirs(directory, exist_ok=True)
+        with open(os.path.join(directory, "crate.txt"), "wb") as fh:
+            fh.write(self.CONTENT)
+        handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(directory))
+        handler.log_message = lambda *a, **k: None
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.port = self._server.server_address[1]
+
+    def start(self) -> "BuildHost":
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

@@ -87,6 +87,14 @@ def pg_install(args, *, home, target, route, cwd, extra_env=None, command="insta
     return proc, data
 
 
+def pip_list(target: Path) -> dict:
+    """name -> version of every distribution in the target (normalised names)."""
+    out = subprocess.run([str(target / "bin" / "python"), "-m", "pip", "list", "--format=freeze"],
+                         capture_output=True, text=True, env={"PIP_CONFIG_FILE": os.devnull,
+                                                             "PATH": os.environ["PATH"]}).stdout
+    return dict(line.lower().replace("_", "-").split("==", 1) for line in out.split() if "==" in line)
+
+
 def site_import(target: Path, module: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(target / "bin" / "python"), "-c", f"import {module}"],
                           capture_output=True, text=True)
