@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -92,6 +93,47 @@ def fake_home_factory():
 def fake_home(fake_home_factory):
     """A fresh fake HOME (``FakeHome``: ``.path``, ``.secrets``, ``.markers``, ``.env()``)."""
     return fake_home_factory()
+
+
+# --- as nobody ---------------------------------------------------------------------------------
+
+def _nobody_can_run(path: str) -> bool:
+    probe = support.run_as_nobody(["/bin/sh", "-c", f"test -x {path} && {path} -c 'import pipguard'"],
+                                  env={"PATH": "/usr/bin:/bin", "PYTHONPATH": ""},
+                                  cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return probe.returncode == 0
+
+
+@pytest.fixture(scope="module")
+def nobody_python():
+    """Make this interpreter and pipguard usable by ``nobody`` for the module, then restore.
+
+    The venv's interpreter lives under /root/.pyenv and /root is 0700: nobody needs search (not
+    read) on /root, granted by an ACL entry naming nobody (support.traversable_by: a chmod would
+    reset the ACL mask under concurrent root runs of pipguard). Removed at teardown.
+    """
+    support.need("root")
+    if _nobody_can_run(sys.executable):
+        yield sys.executable
+        return
+    with support.traversable_by("/root", support.NOBODY):
+        if not _nobody_can_run(sys.executable):
+            pytest.skip(f"nobody cannot run {sys.executable} with pipguard even with search access to /root")
+        yield sys.executable
+
+
+@pytest.fixture
+def nobody_setup(fake_home_factory, nobody_python):
+    home = fake_home_factory(owner_uid=support.NOBODY, owner_gid=support.NOBODY)
+    base = tempfile.mkdtemp(prefix="pipguard-nobody-work-")
+    os.chmod(base, 0o755)
+    work = Path(base) / "work"
+    work.mkdir()
+    os.chown(work, support.NOBODY, support.NOBODY)
+    try:
+        yield home, work
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 # --- loopback listeners ------------------------------------------------------------------------

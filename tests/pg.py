@@ -103,6 +103,37 @@ def backend_param(name: str, *values, id: Optional[str] = None):
 BACKEND_PARAMS = [backend_param("plain"), backend_param("ns")]
 
 
+def cli(args, *, cwd, env, pass_fds=(), runner=subprocess.run, timeout=180) -> Result:
+    """Like ``pg.pipguard`` with extra options for the subprocess (``pass_fds``, a runner)."""
+    report_path = Path(cwd) / ".pipguard-test-report.json"
+    args = ["run", "--report", str(report_path)] + list(args[1:])
+    if report_path.exists():
+        report_path.unlink()
+    proc = runner([sys.executable, "-m", "pipguard", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                  stderr=subprocess.PIPE, universal_newlines=True, timeout=timeout,
+                  stdin=subprocess.DEVNULL, pass_fds=pass_fds)
+    data = json.loads(report_path.read_text()) if report_path.exists() else None
+    return Result(proc.returncode, proc.stdout, proc.stderr, data)
+
+
+def live_argvs():
+    """argv of every live (non-zombie) process on the machine."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                stat = fh.read()
+            if stat[stat.rfind(b")") + 2:].split()[0] == b"Z":
+                continue
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                out.append([a.decode(errors="replace") for a in fh.read().split(b"\0") if a])
+        except OSError:
+            continue
+    return out
+
+
 def run_os(argv: Sequence[object], work: os.PathLike, home, *extra: str, env_extra: Optional[dict] = None,
            fake_tokens: bool = False, timeout: float = 180, complete: bool = False,
            backend: Backend = PLAIN) -> Result:

@@ -25,8 +25,6 @@ import pg
 from pipguard import sandbox
 from pipguard.policy import Policy
 from support.users import run_as_nobody
-from test_evidence import live_argvs
-from test_os_layer_e2e import nobody_python, nobody_setup  # noqa: F401 (fixtures)
 
 _PR_GET_CHILD_SUBREAPER = 37
 
@@ -145,7 +143,7 @@ def test_fork_bomb_ends_with_limit_processes(work, fake_home):
     report = _run(work, fake_home, bomb, limit_processes=30, timeout=60)
     assert [e for e in report.blocked_events if e.rule == "limit-processes"], report.limits
     assert report.verdict == "blocked"
-    assert not [a for a in live_argvs() if any(marker in x for x in a)]
+    assert not [a for a in pg.live_argvs() if any(marker in x for x in a)]
 
 
 def test_cpu_limit(work, fake_home):
@@ -193,7 +191,7 @@ def test_lingering_daemon_is_killed_and_reported(work, fake_home, style):
     assert all(e.detail["argv"] and "when" in e.detail for e in lingering)
     assert all(e.pid in {p.pid for p in report.processes if p.killed_by_pipguard} for e in lingering)
     assert report.verdict == "blocked"
-    assert not [a for a in live_argvs() if any(marker in x for x in a)]
+    assert not [a for a in pg.live_argvs() if any(marker in x for x in a)]
 
 
 def test_cli_run_reports_lingering_and_keeps_status(work, fake_home):
@@ -258,7 +256,7 @@ def _caller(work, fake_home, mode, nobody=False):
     kw = dict(cwd=work, env=fake_home.env(), capture_output=True, text=True, timeout=120)
     result = run_as_nobody(argv, **kw) if nobody else subprocess.run(argv, **kw)
     assert result.returncode == 0, result.stderr
-    assert not [a for a in live_argvs() if any(marker in x for x in a)]
+    assert not [a for a in pg.live_argvs() if any(marker in x for x in a)]
     return [json.loads(line) for line in result.stdout.splitlines()]
 
 

@@ -33,26 +33,8 @@ def by_pid(report):
     return {p["pid"]: p for p in report["processes"]}
 
 
-def live_argvs():
-    """argv of every live (non-zombie) process on the machine."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                stat = fh.read()
-            if stat[stat.rfind(b")") + 2:].split()[0] == b"Z":
-                continue
-            with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                out.append([a.decode(errors="replace") for a in fh.read().split(b"\0") if a])
-        except OSError:
-            continue
-    return out
-
-
 def sleeps(seconds: str):
-    return [a for a in live_argvs() if a[-2:] == ["sleep", seconds] or a == ["sleep", seconds]]
+    return [a for a in pg.live_argvs() if a[-2:] == ["sleep", seconds] or a == ["sleep", seconds]]
 
 
 # --- processes -----------------------------------------------------------------------------------
@@ -266,7 +248,7 @@ def test_timeout(work, fake_home, backend):
 def test_timeout_plain_sleep(work, fake_home):
     r = run_os(["sleep", "30"], work, fake_home, "--timeout", "1", timeout=60)
     assert r.returncode == 124 and r.report["timed_out"] is True and r.report["exit_code"] == -9
-    assert not [a for a in live_argvs() if a == ["sleep", "30"]]
+    assert not [a for a in pg.live_argvs() if a == ["sleep", "30"]]
 
 
 def test_event_list_is_capped(work, fake_home):
@@ -336,7 +318,7 @@ def test_zz_fork_bomb_is_bounded(work, fake_home):
     peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     assert peak_kb < 512 * 1024, (before, peak_kb)
     time.sleep(0.5)
-    assert not [a for a in live_argvs() if a[-1:] == [str(script)]], "bomb processes survived"
+    assert not [a for a in pg.live_argvs() if a[-1:] == [str(script)]], "bomb processes survived"
 
 
 def test_host_name_of_a_preceding_dns_lookup(work, fake_home, loopback_tcp):

@@ -18,7 +18,6 @@ import support
 from support import build_sdist, requires
 from support.pipinstall import PY, Route, listing, pg_install, site_import
 from support.projects import pyproject, write_project
-from test_os_layer_e2e import nobody_python  # noqa: F401 (fixture)
 
 pytestmark = [requires("linux"), requires("userns"), requires("landlock", abi=6),
               requires("seccomp_user_notif")]

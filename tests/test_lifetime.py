@@ -12,11 +12,11 @@ import time
 
 import pytest
 
-from test_evidence import live_argvs
+import pg
 
 
 def _alive_with(marker: str) -> list:
-    return [argv for argv in live_argvs() if any(marker in a for a in argv)]
+    return [argv for argv in pg.live_argvs() if any(marker in a for a in argv)]
 
 
 def _shells_with(marker: str) -> list:

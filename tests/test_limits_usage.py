@@ -18,7 +18,6 @@ import pytest
 import pg
 from pipguard import report as report_mod
 from support.users import run_as_nobody
-from test_os_layer_e2e import nobody_python, nobody_setup  # noqa: F401 (fixtures)
 
 MB = 1 << 20
 #: touches every page (a zero-filled bytearray would stay unresident)

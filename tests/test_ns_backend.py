@@ -18,11 +18,10 @@ import time
 
 import pytest
 
+import pg
 import support
 from support import parse_try_one, requires
 from support.probes import ATTEMPT
-from test_evidence import live_argvs
-from test_os_layer_e2e import _cli, nobody_python, nobody_setup  # noqa: F401 (fixtures)
 
 pytestmark = [requires("linux"), requires("userns"), requires("landlock", abi=6),
               requires("seccomp_user_notif")]
@@ -76,7 +75,7 @@ def test_the_world_inside(who, request, work, fake_home):
     outside = subprocess.Popen(["sleep", "60"])
     base, secret = _root_only_file()
     try:
-        r = _cli(["run", "--isolation", "ns", "--allow-read", base, "--", sys.executable, str(script),
+        r = pg.cli(["run", "--isolation", "ns", "--allow-read", base, "--", sys.executable, str(script),
                   str(outside.pid), str(home.path), secret], cwd=work, env=home.env(), runner=runner)
     finally:
         outside.kill()
@@ -101,7 +100,7 @@ def test_the_world_inside(who, request, work, fake_home):
 @pytest.mark.parametrize("who", ["root", "nobody"])
 def test_build_dir_is_written_as_its_owner(who, request, work, fake_home):
     work, home, runner = _setup(who, request, work, fake_home)
-    r = _cli(["run", "--isolation", "ns", "--", "sh", "-c", "echo built > out.txt; echo t > /tmp/t; cat /tmp/t"],
+    r = pg.cli(["run", "--isolation", "ns", "--", "sh", "-c", "echo built > out.txt; echo t > /tmp/t; cat /tmp/t"],
              cwd=work, env=home.env(), runner=runner)
     assert r.returncode == 0, r.stderr
     assert (work / "out.txt").read_text() == "built\n"
@@ -114,15 +113,15 @@ def test_build_dir_is_written_as_its_owner(who, request, work, fake_home):
 def test_setsid_daemon_dies_with_the_namespace(who, request, work, fake_home):
     work, home, runner = _setup(who, request, work, fake_home)
     marker = f"pipguard-ns-daemon-{os.getpid()}-{who}"
-    r = _cli(["run", "--isolation", "ns", "--", "sh", "-c",
+    r = pg.cli(["run", "--isolation", "ns", "--", "sh", "-c",
               f"(setsid sh -c 'sleep 300; : {marker}' </dev/null >/dev/null 2>&1 &); sleep 0.3; exit 3"],
              cwd=work, env=home.env(), runner=runner)
     assert r.returncode == 3, r.stderr
     for _ in range(50):
-        if not [a for a in live_argvs() if any(marker in x for x in a)]:
+        if not [a for a in pg.live_argvs() if any(marker in x for x in a)]:
             break
         time.sleep(0.1)
-    assert not [a for a in live_argvs() if any(marker in x for x in a)]
+    assert not [a for a in pg.live_argvs() if any(marker in x for x in a)]
     lingering = r.blocked(kind="process", rule="lingering-process")
     assert lingering and any(marker in e["target"] for e in lingering), r.report["events"]
 
@@ -134,7 +133,7 @@ def test_native_decoy_read_is_reported_without_read_observation(who, request, wo
     fake home's marker), and the read is a finding though no open is notified."""
     work, home, runner = _setup(who, request, work, fake_home)
     key = home.secrets["id_rsa"]
-    r = _cli(["run", "--isolation", "ns", "--allow-read", os.path.dirname(str(try_one_bin)), "--", "sh", "-c",
+    r = pg.cli(["run", "--isolation", "ns", "--allow-read", os.path.dirname(str(try_one_bin)), "--", "sh", "-c",
               f"{try_one_bin} read {key}; cat {key}"],
              cwd=work, env=home.env(), runner=runner)
     out = parse_try_one(r.stdout)
@@ -226,7 +225,7 @@ def test_allowed_host_through_the_proxy_only(who, request, work, fake_home, loop
     script.write_text(HOSTS)
     os.chmod(script, 0o644)
     try:
-        r = _cli(["run", "--isolation", "ns", "--allow-host", f"127.0.0.1:{port}", "--", sys.executable,
+        r = pg.cli(["run", "--isolation", "ns", "--allow-host", f"127.0.0.1:{port}", "--", sys.executable,
                   str(script), str(port), str(loopback_tcp.port)], cwd=work, env=home.env(), runner=runner)
     finally:
         server.shutdown()
@@ -266,7 +265,7 @@ def test_a_tree_only_its_owner_may_enter_is_readable_read_only(work, fake_home):
     try:
         with open(os.path.join(base, "module.py"), "w") as fh:
             fh.write("VALUE = 'owner-only-tree'\n")
-        r = _cli(["run", "--isolation", "ns", "--allow-read", base, "--", "sh", "-c",
+        r = pg.cli(["run", "--isolation", "ns", "--allow-read", base, "--", "sh", "-c",
                   f"cat {base}/module.py; touch {base}/new && echo wrote || echo refused"],
                  cwd=work, env=fake_home.env())
         assert "owner-only-tree" in r.stdout, r.stdout + r.stderr
@@ -281,11 +280,11 @@ def test_observe_reads_on_under_ns(work, fake_home):
     key read is then refused by the supervisor (secret-read) before any decoy is opened; both
     flags together are a usage error."""
     key = str(fake_home.secrets["id_rsa"])
-    r = _cli(["run", "--isolation", "ns", "--observe-reads", "--", "cat", key], cwd=work, env=fake_home.env())
+    r = pg.cli(["run", "--isolation", "ns", "--observe-reads", "--", "cat", key], cwd=work, env=fake_home.env())
     assert r.returncode == 1 and "pipguard-decoy-" not in r.stdout, (r.stdout, r.stderr)
     assert r.report["policy"]["observe_reads"] is True
     (event,) = [e for e in r.blocked(kind="file-read") if e["target"] == key]
     assert event["rule"] == "secret-read" and event["layer"] == "supervisor", r.report["events"]
-    both = _cli(["run", "--isolation", "ns", "--observe-reads", "--no-observe-reads", "--", "true"],
+    both = pg.cli(["run", "--isolation", "ns", "--observe-reads", "--no-observe-reads", "--", "true"],
                 cwd=work, env=fake_home.env())
     assert both.returncode == 2 and "contradict" in both.stderr, both.stderr

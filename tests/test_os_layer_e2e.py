@@ -20,7 +20,6 @@ import tempfile
 import textwrap
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -267,25 +266,12 @@ def test_env_tokens_removed_and_keep_env(work, fake_home, backend):
     assert "NPM_TOKEN" not in kept.stdout and "NPM_TOKEN" in kept.report["env_removed"]
 
 
-def _cli(args, *, cwd, env, pass_fds=(), runner=subprocess.run, timeout=180) -> Result:
-    """Like ``pg.pipguard`` with extra options for the subprocess (``pass_fds``, a runner)."""
-    report_path = Path(cwd) / ".pipguard-test-report.json"
-    args = ["run", "--report", str(report_path)] + list(args[1:])
-    if report_path.exists():
-        report_path.unlink()
-    proc = runner([PY, "-m", "pipguard", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                  stderr=subprocess.PIPE, universal_newlines=True, timeout=timeout,
-                  stdin=subprocess.DEVNULL, pass_fds=pass_fds)
-    data = json.loads(report_path.read_text()) if report_path.exists() else None
-    return Result(proc.returncode, proc.stdout, proc.stderr, data)
-
-
 def test_only_stdio_descriptors_inside(work, fake_home):
     secret_fd = os.open(fake_home.secrets["id_rsa"], os.O_RDONLY)  # an inheritable fd in pipguard
     os.set_inheritable(secret_fd, True)
     try:
         # the shell lists its own descriptors (ls would add the one it reads the dir with)
-        r = _cli(["run", "--isolation", "os", "--", "sh", "-c",
+        r = pg.cli(["run", "--isolation", "os", "--", "sh", "-c",
                   "ls /proc/$$/fd; cat <&%d" % secret_fd],
                  cwd=work, env=fake_home.env(), pass_fds=(secret_fd,))
     finally:
@@ -361,47 +347,8 @@ def test_pip_wheel_legit_cext_is_clean(work, fake_home, wheelhouse, corpus_sdist
 # --- as nobody ------------------------------------------------------------------------------------
 
 
-def _nobody_can_run(path: str) -> bool:
-    probe = support.run_as_nobody(["/bin/sh", "-c", f"test -x {path} && {path} -c 'import pipguard'"],
-                                  env={"PATH": "/usr/bin:/bin", "PYTHONPATH": ""},
-                                  cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return probe.returncode == 0
-
-
-@pytest.fixture(scope="module")
-def nobody_python():
-    """Make this interpreter and pipguard usable by ``nobody`` for the module, then restore.
-
-    The venv's interpreter lives under /root/.pyenv and /root is 0700: nobody needs search (not
-    read) on /root, granted by an ACL entry naming nobody (support.traversable_by: a chmod would
-    reset the ACL mask under concurrent root runs of pipguard). Removed at teardown.
-    """
-    support.need("root")
-    if _nobody_can_run(PY):
-        yield PY
-        return
-    with support.traversable_by("/root", support.NOBODY):
-        if not _nobody_can_run(PY):
-            pytest.skip(f"nobody cannot run {PY} with pipguard even with search access to /root")
-        yield PY
-
-
-@pytest.fixture
-def nobody_setup(fake_home_factory, nobody_python):
-    home = fake_home_factory(owner_uid=support.NOBODY, owner_gid=support.NOBODY)
-    base = tempfile.mkdtemp(prefix="pipguard-nobody-work-")
-    os.chmod(base, 0o755)
-    work = Path(base) / "work"
-    work.mkdir()
-    os.chown(work, support.NOBODY, support.NOBODY)
-    try:
-        yield home, work
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
-
-
 def _as_nobody(try_one_bin, action, *args, home, work):
-    r = _cli(["run", "--isolation", "os", "--", str(try_one_bin), action, *map(str, args)],
+    r = pg.cli(["run", "--isolation", "os", "--", str(try_one_bin), action, *map(str, args)],
              cwd=work, env=home.env(), runner=support.run_as_nobody)
     assert r.report is not None, r.stderr
     assert r.report["host"]["euid"] == support.NOBODY

@@ -21,7 +21,6 @@ from pipguard.errors import LayerUnavailable, PolicyError
 from pipguard.policy import Policy
 from support import gates, requires
 from support.env import clean_env
-from test_os_layer_e2e import nobody_python, nobody_setup  # noqa: F401 (fixtures)
 
 _tools, _parts = vm.find_tools()
 _missing = "; ".join(f"{p.name}: {p.reason}" for p in _parts if p.reason)
