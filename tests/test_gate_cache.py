@@ -11,7 +11,7 @@ import pytest
 
 from pipguard import gatecache
 from pipguard.files import sha256
-from test_gate import EVIL_PTH, make_wheel
+from support.wheels import EVIL_PTH, make_wheel
 
 
 @pytest.fixture(autouse=True)
