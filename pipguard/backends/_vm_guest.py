@@ -55,10 +55,11 @@ def main(argv) -> int:
     if uid != 0:
         # the host user's uid, as on the host: the shares show the host's owners (a
         # build dir of nobody's is nobody's), and the guest's root, without its
-        # capabilities in the sandbox, could not write there
-        os.setgroups([])
-        os.setgid(gid)
-        os.setuid(uid)
+        # capabilities in the sandbox, could not write there; switched as pkgbuild's
+        # worker is (the dumpable flag back on: the supervisor takes its child's listener)
+        from pipguard.pkgbuild.builduser import switch_to
+
+        switch_to(uid, gid)
     if config.get("net_device"):
         import functools
 

@@ -143,16 +143,25 @@ def run_as_build_user(user: BuildUser, work: Callable[[], Dict[str, Any]],
 
 
 def _drop(user: BuildUser) -> None:
+    switch_to(user.uid, user.gid)
+
+
+def switch_to(uid: int, gid: int) -> None:
+    """Switch this root process to ``uid``/``gid`` for good (no supplementary
+    groups) and keep it able to take its own children's seccomp listeners.
+    Also the VM guest's pipguard switches with it (:mod:`pipguard.backends._vm_guest`)."""
     # groups and gid first, while CAP_SETGID is still there
     os.setgroups([])
-    os.setresgid(user.gid, user.gid, user.gid)
-    os.setresuid(user.uid, user.uid, user.uid)
-    if os.getuid() != user.uid or os.geteuid() != user.uid:
-        raise PipguardError("could not switch to the build user")
-    # A uid change clears the dumpable flag; the supervisor needs it set to
-    # take its own child's seccomp listener (pidfd_getfd checks ptrace access).
-    # Sandboxed processes still cannot ptrace this worker: Landlock forbids
-    # tracing outside their domain.
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    if os.getuid() != uid or os.geteuid() != uid:
+        raise PipguardError(f"could not switch to uid {uid}")
+    # A uid change clears the dumpable flag (and a forked child inherits it);
+    # the supervisor needs it set to take its own child's seccomp listener
+    # (pidfd_getfd checks ptrace access: without it EPERM, no supervisor, and
+    # every notified syscall, exec first, then fails with ENOSYS). Sandboxed
+    # processes still cannot ptrace this process: Landlock forbids tracing
+    # outside their domain.
     PR_SET_DUMPABLE = 4
     if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0:
-        raise PipguardError("could not make the build worker traceable by itself (prctl)")
+        raise PipguardError("could not make the process traceable by itself (prctl PR_SET_DUMPABLE)")
