@@ -724,6 +724,10 @@ class Supervisor:
         if listener is not None:
             self.evidence.supervision["answered_by_python"] = self.notifications
             os.close(listener)
+        if self.proxy_clients:
+            # every connection made for the sandbox, not one per destination as the events
+            # are: the VM backend traces each relayed request to its guest pid by it
+            self.evidence.supervision["proxy_clients"] = {str(p): pid for p, pid in self.proxy_clients.items()}
         self._read_fifo(fifo)
         os.close(keepalive)
         self._drain(fifo)

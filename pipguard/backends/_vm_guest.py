@@ -24,7 +24,6 @@ required layer is absent) is sent as ``{"guest_error": message, "hint": ...}``.
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 #: the line that ends a complete message on the report port (a guest killed or
@@ -60,13 +59,17 @@ def main(argv) -> int:
         from pipguard.pkgbuild.builduser import switch_to
 
         switch_to(uid, gid)
+    relays = []
     if config.get("net_device"):
-        import functools
-
         from pipguard import proxy
         from pipguard.backends._vm_relay import GuestRelay
 
-        proxy.IndexProxy = functools.partial(GuestRelay, config["net_device"])  # type: ignore[assignment,misc]
+        def relay(*args, **kwargs) -> GuestRelay:
+            made = GuestRelay(config["net_device"], *args, **kwargs)
+            relays.append(made)
+            return made
+
+        proxy.IndexProxy = relay  # type: ignore[assignment,misc]
 
     try:
         report = run(config["argv"], Policy.from_mapping(config["policy"]), cwd=config["cwd"],
@@ -74,7 +77,12 @@ def main(argv) -> int:
     except PipguardError as exc:
         _send(port, {"guest_error": exc.message, "hint": exc.hint, "blame": exc.blame})
         return 2
-    _send(port, report.to_json())
+    message = report.to_json()
+    if relays:
+        # which guest connection each relay stream carried: the host's proxy records name
+        # only the host end, and the host attributes each to a guest pid by this
+        message["relay_streams"] = {str(n): p for r in relays for n, p in r.streams.items()}
+    _send(port, message)
     return 0
 
 

@@ -167,6 +167,8 @@ class HostRelay(_Streams):
         self.proxy_port = proxy_port
         self.path = path
         self.opened = 0
+        #: stream id -> local port of its connection to the proxy (the port the proxy's records name)
+        self.streams: Dict[int, int] = {}
         self._highest = 0
         self._conn: Optional[socket.socket] = None
         self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -207,6 +209,7 @@ class HostRelay(_Streams):
             self._send(conn_id, b"")
             return None
         self.opened += 1
+        self.streams[conn_id] = sock.getsockname()[1]
         return sock
 
     def stop(self) -> None:
@@ -233,6 +236,9 @@ class GuestRelay(_Streams):
         super().__init__(self._write)
         self.allowed = allowed  # enforced on the host, not here
         self.records: list = []
+        #: stream id -> the guest-side client port of its connection: the guest supervisor's
+        #: socket, which its ``index-proxy`` event names (so the host can tell whose request it was)
+        self.streams: Dict[int, int] = {}
         self._next = 0
         self._server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -258,6 +264,10 @@ class GuestRelay(_Streams):
             except OSError:
                 return
             self._next += 1
+            try:
+                self.streams[self._next] = sock.getpeername()[1]
+            except OSError:
+                pass  # already gone: its stream ends at once
             self._add(self._next, sock)
 
     def __exit__(self, *exc) -> None:
