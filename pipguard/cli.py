@@ -24,7 +24,7 @@ from pipguard import exitcodes, render
 from pipguard.errors import PipguardError, UsageError
 
 _ISOLATION_CHOICES = ("auto", "audit", "os", "ns")
-#: ``run`` also offers the VM backend (install/sandbox/pkgbuild: after the launcher refactor)
+#: ``run``, ``install``/``sandbox`` and ``pkgbuild`` also offer the VM backend
 _RUN_ISOLATION_CHOICES = (*_ISOLATION_CHOICES, "vm")
 
 
@@ -302,7 +302,7 @@ def _existing(paths: Sequence[str], flag: str) -> tuple:
     return tuple(out)
 
 
-def _pkgbuild(directory, allow_hosts, isolation, timeout, report_path, fmt) -> None:
+def _pkgbuild(directory, allow_hosts, isolation, vm_accel, timeout, report_path, fmt) -> None:
     import click
 
     from pipguard.pkgbuild import review
@@ -317,7 +317,7 @@ def _pkgbuild(directory, allow_hosts, isolation, timeout, report_path, fmt) -> N
     progress = (lambda m: click.echo(f"pipguard: {m}", err=True)) if show else None
     _sigterm_like_ctrl_c()
     _resume_gc()
-    result = review(directory, allow_hosts=hosts, isolation=isolation, timeout=timeout,
+    result = review(directory, allow_hosts=hosts, isolation=isolation, vm_accel=vm_accel, timeout=timeout,
                     progress=progress)
     if report_path:
         write_atomic(report_path, render_pkgbuild.json(result))
@@ -526,12 +526,17 @@ def _click_app():
                   help="Let the sources phase reach this destination too (repeatable); public "
                        "hosts the source URLs name are allowed already, loopback and private ones "
                        "only with this.")
-    @click.option("--isolation", type=click.Choice(["auto", "os"]), default="auto", show_default=True)
+    @click.option("--isolation", type=click.Choice(["auto", "os", "vm"]), default="auto", show_default=True,
+                  help="auto/os as for run; vm: each phase's makepkg in a QEMU guest of its own "
+                       "(needs working KVM, or --vm-accel tcg).")
+    @click.option("--vm-accel", type=click.Choice(["kvm", "tcg"]), default="kvm", show_default=True,
+                  help="Under --isolation vm: kvm (exit 2 if KVM does not work here) or tcg "
+                       "(software emulation: slow, for review).")
     @click.option("--timeout", type=float, callback=_positive_float, metavar="SECONDS",
                   help="Time limit for each sandboxed run.")
     @click.option("--report", "report_path", metavar="FILE", help="Write the JSON report here.")
     @click.option("--format", "fmt", type=_FORMAT, default="table", show_default=True)
-    def pkgbuild(directory, allow_hosts, isolation, timeout, report_path, fmt) -> None:
+    def pkgbuild(directory, allow_hosts, isolation, vm_accel, timeout, report_path, fmt) -> None:
         """Review the PKGBUILD in DIRECTORY (default: .) with the real makepkg in
         the sandbox, never as root: read it, fetch and verify the sources (network
         only to their hosts), build offline, run the .install scriptlets against a
@@ -540,7 +545,7 @@ def _click_app():
         Exit status: 0 observed clean, 1 something was blocked, 2 error (also:
         makepkg missing, checksum mismatch), 130 interrupted.
         """
-        _pkgbuild(directory, allow_hosts, isolation, timeout, report_path, fmt)
+        _pkgbuild(directory, allow_hosts, isolation, vm_accel, timeout, report_path, fmt)
 
     @cli.command()
     @click.option("--from-report", "report_path", required=True, metavar="FILE",

@@ -19,8 +19,10 @@ import pytest
 from pipguard.backends import vm
 from pipguard.errors import LayerUnavailable, PolicyError
 from pipguard.policy import Policy
+import support
 from support import gates, requires
 from support.env import clean_env
+from test_pkgbuild import makepkg, pkgdir, review  # noqa: F401 (fixtures, the CLI helper)
 
 _tools, _parts = vm.find_tools()
 _missing = "; ".join(f"{p.name}: {p.reason}" for p in _parts if p.reason)
@@ -73,6 +75,7 @@ out = {"marker_seen": any(marker in c for c in seen), "processes": len(seen),
        "interfaces": sorted(os.listdir("/sys/class/net")), "net": net}
 with open("look.json", "w") as fh:
     json.dump(out, fh)
+os.chmod("look.json", 0o6777)  # setuid, setgid, world-writable: what a guest must not leave on the host
 print("looked")
 """
 
@@ -112,8 +115,10 @@ def test_guest_sees_no_host_process_no_file_outside_its_shares_no_network(tmp_pa
     # the layers inside the guest saw (and refused) the connection: failed AND reported
     assert any(e["kind"] == "network" and e["action"] == "blocked" for e in report["events"]), report["events"]
     assert report["verdict"] == "blocked"
-    # the guest's modes stay in xattrs: what it wrote is a plain 0644 file on the host
-    assert (build / "look.json").stat().st_mode & 0o7777 == 0o644
+    # the guest's permission bits reach the host after the run, as the plain backend leaves a
+    # root run's files: without setuid, setgid and world-write (the test runs as root)
+    assert (build / "look.json").stat().st_mode & 0o7777 == (0o775 if os.geteuid() == 0 else 0o6777)
+    assert not [n for n in os.listxattr(build / "look.json") if n.startswith("user.virtfs.")]
 
 
 def test_timeout_kills_the_vm_and_the_report_is_written(tmp_path, fake_home):
@@ -216,6 +221,14 @@ def test_build_hosts_only_through_the_host_proxy(tmp_path, fake_home, loopback_t
     assert report["vm"]["network"]["connections"] >= 2
     events = report["events"]
     proxied = {(e["target"], e["action"]) for e in events if e["layer"] == "proxy"}
+    # each proxied request is attributed to the guest process that made it (the host relay's stream
+    # -> the guest relay's connection -> the guest supervisor's connection for it), not a made-up 0
+    fetcher = [p["pid"] for p in report["processes"] if "fetch.py" in " ".join(p["argv"])]
+    assert len(fetcher) == 1 and fetcher[0] > 0, report["processes"]
+    assert set(report["supervision"]["proxy_clients"].values()) == set(fetcher), report["supervision"]
+    assert all(e["pid"] == fetcher[0] and e["detail"]["pid"].startswith("in the guest")
+               for e in events if e["layer"] == "proxy"), events
+    assert {n["pid"] for n in report["network"] if n["layer"] == "proxy"} == set(fetcher)
     assert (f"127.0.0.1:{port}", "allowed") in proxied, events
     assert (f"127.0.0.1:{loopback_tcp.port}", "blocked") in proxied, events  # loud: reported
     # quiet: the sandbox's own connect, refused and reported by the guest's supervisor
@@ -275,3 +288,69 @@ def test_auto_never_picks_vm(tmp_path):
     report = run(["true"], Policy(), cwd=str(tmp_path))
     assert report.exit_code == 0
     assert "vm" not in report.isolation.applied and report.vm == {}
+
+
+IN_GUEST_PKGBUILD = """\
+pkgname=pg-vm
+pkgver=1.0
+pkgrel=1
+pkgdesc="pipguard test: built inside the VM's guest"
+arch=('any')
+license=('MIT')
+build() { uname -r > kernel; id -u > uid; ls /sys/class/net > links; }
+package() {
+  install -Dm644 kernel "$pkgdir/usr/share/pg-vm/kernel"
+  install -Dm644 uid "$pkgdir/usr/share/pg-vm/uid"
+  install -Dm755 links "$pkgdir/usr/share/pg-vm/links"
+  ln -s links "$pkgdir/usr/share/pg-vm/link"
+}
+"""
+
+
+def test_pkgbuild_runs_every_phase_in_a_guest(makepkg, pkgdir, fake_home):  # noqa: F811 (fixtures)
+    """pkgbuild --isolation vm: the real makepkg of each phase in a guest of its own (no sources,
+    no .install: three boots), as the build user, and each phase's guest report came back. What
+    the package holds was written by makepkg in the guest: the guest kernel's release (not the
+    host's), the build user's uid, only ``lo``."""
+    import contextlib
+    import hashlib
+
+    from pipguard.pkgbuild import builduser
+
+    d = pkgdir(IN_GUEST_PKGBUILD)
+    with contextlib.ExitStack() as stack:
+        if os.geteuid() == 0:
+            # as root the review (pipguard and QEMU) runs as a dedicated build uid, and the guest
+            # runs this interpreter from a share QEMU reads as that uid: a pyenv under /root must
+            # be traversable for it (the first few candidates: another review may hold the first)
+            for uid in builduser.CANDIDATE_IDS[:4]:
+                stack.enter_context(support.traversable_by("/root", uid))
+        started = time.monotonic()
+        status, data, err = review(d, "--isolation", "vm", "--vm-accel", "tcg", env=fake_home.env(),
+                                   timeout=1200)
+        took = time.monotonic() - started
+    # makepkg's own complaint comes first, pipguard's summary last
+    assert status == 0, (err[:4000], err[-1500:], data and data.get("message"))
+    assert data["status"] == "clean"
+    phases = data["phases"]
+    assert [p["name"] for p in phases] == ["srcinfo", "sources", "build"]
+    for phase in phases:
+        report = phase["report"]
+        assert report["isolation"]["requested"] == "vm" and "vm" in report["isolation"]["applied"]
+        assert report["vm"]["accel"] == "tcg" and report["vm"]["guest_report"] is True, report["vm"]
+        assert "supervisor" not in report["isolation"]["unavailable"], report["isolation"]
+    contents = {f["path"]: f for f in data["contents"]}
+    guest_release = _tools.kernel.release
+    assert contents["/usr/share/pg-vm/kernel"]["sha256"] == hashlib.sha256(f"{guest_release}\n".encode()).hexdigest()
+    if guest_release != os.uname().release:  # the host runs another kernel: the build ran in the guest
+        assert contents["/usr/share/pg-vm/kernel"]["sha256"] != hashlib.sha256(
+            f"{os.uname().release}\n".encode()).hexdigest()
+    uid = data["pkgbuild"]["build_user"]["uid"]
+    assert uid != 0 and contents["/usr/share/pg-vm/uid"]["sha256"] == hashlib.sha256(f"{uid}\n".encode()).hexdigest()
+    links = contents["/usr/share/pg-vm/links"]
+    assert links["sha256"] == hashlib.sha256(b"lo\n").hexdigest()  # no network device
+    assert links["mode"] == "0755" and contents["/usr/share/pg-vm/kernel"]["mode"] == "0644"  # the guest's modes
+    # a symlink the guest made stays QEMU's regular file holding its target (docs/sandbox.md)
+    assert contents["/usr/share/pg-vm/link"]["kind"] == "file"
+    assert contents["/usr/share/pg-vm/link"]["sha256"] == hashlib.sha256(b"links").hexdigest()
+    print(f"pkgbuild under vm: {took:.1f} s, phases {[(p['name'], p['duration']) for p in phases]}")

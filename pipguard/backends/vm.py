@@ -18,15 +18,17 @@ What the host builds for one run, and why each part is this way:
   not in the guest).
 - **Read-write shares use ``security_model=mapped-xattr``**: ownership, mode
   bits and special files the guest sets are kept in ``user.virtfs.*`` extended
-  attributes on the host, never applied. A guest root can therefore not plant
-  a setuid-root file or a device node in the build directory. The cost: files
-  the guest creates are mode 0644 (directories 0755) on the host, without an
-  executable bit (the guest sees its own modes during its run). After the
-  run those ``user.virtfs.*`` attributes are removed (:func:`_strip_mapped`):
-  the next VM reads the tree through a read-only share (model ``none``: host
-  symlinks must stay readable, which the mapped models cannot do), where they
-  would be plain attributes that ``shutil.copy2`` copies into a mapped share,
-  which QEMU refuses (pip's metadata directory between two hook calls).
+  attributes on the host, never applied during the run. A guest root can
+  therefore not plant a setuid-root file or a device node in the build
+  directory. After the run (:func:`_settle_mapped`) the guest's permission
+  bits of regular files and directories are applied (as root without
+  setuid/setgid/world-write, as the plain backend's sandbox-user cleanup
+  leaves them), symlinks and special files stay the regular files QEMU made,
+  and the ``user.virtfs.*`` attributes are removed: the next VM reads the tree
+  through a read-only share (model ``none``: host symlinks must stay
+  readable, which the mapped models cannot do), where they would be plain
+  attributes that ``shutil.copy2`` copies into a mapped share, which QEMU
+  refuses (pip's metadata directory between two hook calls).
 - **Inside**, the guest's init mounts the shares and runs
   :mod:`pipguard.backends._vm_guest`, i.e. :func:`pipguard.sandbox.run` with
   ``isolation="auto"``: the audit hook, Landlock as far as the guest kernel
@@ -106,6 +108,8 @@ BB=/.pg/busybox
 $BB mount -t proc proc /proc
 $BB mount -t sysfs sys /sys
 $BB mount -t devtmpfs dev /dev
+# what udev would add: bash's process substitution (makepkg) needs /dev/fd
+$BB ln -s /proc/self/fd /dev/fd; $BB ln -s fd/0 /dev/stdin; $BB ln -s fd/1 /dev/stdout; $BB ln -s fd/2 /dev/stderr
 $BB ip link set lo up 2>/dev/null || $BB ifconfig lo 127.0.0.1 up
 for m in @MODULES@; do $BB insmod /.pg/modules/$m.ko || echo "pipguard-vm: insmod $m failed"; done
 case " $($BB cat /proc/cmdline) " in
@@ -561,6 +565,22 @@ def preflight(accel: str) -> Tools:
     return tools
 
 
+def _check_guest_code() -> None:
+    """The guest runs this interpreter and this pipguard from read-only shares
+    that QEMU reads as this process's uid. Refused here, before a boot, when
+    that uid cannot: ``pkgbuild``'s worker (switched from root to the build
+    user) with pipguard or its interpreter under a 0700 home (``/root``)."""
+    import pipguard
+
+    for what, path in (("interpreter", sys.executable), ("package", os.path.dirname(pipguard.__file__))):
+        if not os.access(path, os.R_OK | os.X_OK):
+            raise LayerUnavailable(
+                f"the VM's guest could not start pipguard: uid {os.getuid()}, which runs QEMU, cannot "
+                f"read pipguard's {what} {path}",
+                hint="install pipguard (and its interpreter) where that user can read them, e.g. a "
+                     "virtual environment outside a private home")
+
+
 def run(argv: Sequence[str], policy, *, cwd: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
         record_build_dir: bool = False, progress=None, unsafe_guest_prelude: Optional[str] = None):
     """Run ``argv`` in a VM under ``policy`` (``policy.isolation == "vm"``)
@@ -583,6 +603,7 @@ def run(argv: Sequence[str], policy, *, cwd: Optional[str] = None, env: Optional
                                hint="name the hosts the build needs (--allow-host / --allow-build-host): "
                                     "the guest reaches them through pipguard's filtering proxy")
     tools = preflight(policy.vm_accel)
+    _check_guest_code()
     accel = policy.vm_accel
     argv = [os.fspath(a) for a in argv]
     source_env = dict(os.environ if env is None else env)
@@ -625,7 +646,11 @@ def _run_planned(plan, policy, tools: Tools, accel: str, source_env: Mapping[str
         mounts.append(f"$BB ln -s {q(target)} {q(link)}")
     tagged = [(f"s{i}", share) for i, share in enumerate(shares)]
     for tag, share in tagged:
-        mode = "rw,cache=mmap" if share.writable else "ro,cache=loose"
+        # read-only on the host (readonly=on: the boundary), not in the guest: a guest-side ro
+        # mount answers access(W_OK) with EROFS where the host answers from the file's mode
+        # (makepkg's [[ -w $SRCDEST ]] on the build phase's read-only sources); the guest's
+        # Landlock refuses, and reports, the sandbox's writes there as on the host
+        mode = "rw,cache=mmap" if share.writable else "cache=loose"
         mounts.append(f"$BB mkdir -p {q(share.path)} && "
                       f"$BB mount -t 9p -o {NINEP},{mode} {tag} {q(share.path)}")
     mounts += ["$BB mkdir -p /etc && $BB mount -t 9p -o " + NINEP + ",ro,cache=loose pgetc /etc",
@@ -697,29 +722,77 @@ class _Network:
 MAPPED_PREFIX = "user.virtfs."
 
 
-def _strip_mapped(root: str) -> None:
-    """Remove QEMU's mapped attributes under ``root`` (without following
-    symlinks): the host never applied them, and the next VM must see the
-    files as the host does."""
-    def strip(path: str) -> None:
+MAPPED_MODE = MAPPED_PREFIX + "mode"
+
+
+def _settle_mapped(root: str) -> None:
+    """Leave what the guest made under ``root`` as the host's own files,
+    then remove QEMU's mapped attributes (without following symlinks): the
+    next VM must see the files as the host does.
+
+    A regular file or directory gets the guest's permission bits (a built
+    binary stays executable), as the plain backend would leave them: when
+    pipguard runs as root (QEMU's files are root's) without setuid, setgid
+    and world-write, so that a guest root cannot plant a setuid-root file. A
+    symlink, device node, fifo or socket stays the regular file QEMU made (a
+    symlink's holds its target): never turned into the real thing on the host."""
+    strip_bits = 0o6002 if os.geteuid() == 0 else 0
+
+    def settle(path: str) -> None:
         try:
-            for name in os.listxattr(path, follow_symlinks=False):
-                if name.startswith(MAPPED_PREFIX):
-                    os.removexattr(path, name, follow_symlinks=False)
+            names = [n for n in os.listxattr(path, follow_symlinks=False) if n.startswith(MAPPED_PREFIX)]
+            if MAPPED_MODE in names:
+                raw = os.getxattr(path, MAPPED_MODE, follow_symlinks=False)
+                mode = int.from_bytes(raw[:4], "little")  # QEMU stores it as le32
+                kind = os.lstat(path).st_mode
+                if len(raw) >= 4 and stat.S_IFMT(mode) == stat.S_IFMT(kind) and \
+                        (stat.S_ISREG(kind) or stat.S_ISDIR(kind)):
+                    # a regular file or directory by lstat, and QEMU is gone: no guest swaps it now
+                    os.chmod(path, stat.S_IMODE(mode) & ~strip_bits)
+            for name in names:
+                os.removexattr(path, name, follow_symlinks=False)
         except OSError:
             pass  # gone, or a filesystem without xattrs (then QEMU kept none either)
 
-    strip(root)
-    for top, dirs, names in os.walk(root):
+    # bottom-up: a directory the guest made 0500 is walked before it gets that mode
+    for top, dirs, names in os.walk(root, topdown=False):
         for name in (*dirs, *names):
-            strip(os.path.join(top, name))
+            settle(os.path.join(top, name))
+    settle(root)
 
 
-def _merge_proxy(guest, network: Optional[_Network], max_events: int):
+#: at most this many relay streams are read from the guest's report (the guest is untrusted)
+MAX_GUEST_STREAMS = 4096
+
+
+def _guest_pids(guest, message: Optional[Mapping[str, Any]], relay) -> Dict[int, int]:
+    """Host proxy client port -> the guest pid whose connection carried it:
+    the host relay's stream ids (stream -> its connection's port at the
+    proxy), the guest's ``relay_streams`` (stream -> the guest-side port of
+    the connection the guest's supervisor made for the sandbox) and that
+    supervisor's ``supervision.proxy_clients`` (that port -> pid). Guest
+    data, so a guest whose kernel was taken over can misattribute (never
+    add or hide) a request."""
+    raw = message.get("relay_streams") if message else None
+    clients = guest.supervision.get("proxy_clients") if guest is not None else None
+    if not isinstance(raw, dict) or not isinstance(clients, dict):
+        return {}
+    out: Dict[int, int] = {}
+    for conn_id, guest_port in list(raw.items())[:MAX_GUEST_STREAMS]:
+        host_port = relay.streams.get(int(conn_id)) if str(conn_id).isdigit() else None
+        pid = clients.get(str(guest_port)) if isinstance(guest_port, int) else None
+        if host_port is not None and isinstance(pid, int) and pid > 0:
+            out[host_port] = pid
+    return out
+
+
+def _merge_proxy(guest, network: Optional[_Network], max_events: int,
+                 message: Optional[Mapping[str, Any]] = None):
     """The guest's events and destinations with the host proxy's records
     added, as ``run`` adds its proxy's (one event per destination and
-    outcome; the guest's pid of a request is not known on the host: 0).
-    Returns (events renumbered by time, network attempts, events dropped)."""
+    outcome), each with the guest pid whose connection carried the request
+    (:func:`_guest_pids`; 0 and ``detail.pid`` saying why when it cannot be
+    traced). Returns (events renumbered by time, network attempts, events dropped)."""
     from pipguard.report import Event, NetworkAttempt
 
     events = list(guest.events) if guest else []
@@ -727,8 +800,9 @@ def _merge_proxy(guest, network: Optional[_Network], max_events: int):
     dropped = guest.events_dropped if guest else 0
     if network is None:
         return tuple(events), tuple(attempts), dropped
+    pids = _guest_pids(guest, message, network.relay)
     seen = set()
-    for when, action, host, port, how, _client in list(network.proxy.records):
+    for when, action, host, port, how, client in list(network.proxy.records):
         protocol = "https" if how == "CONNECT" else "http"
         target = f"{host}:{port}"
         if (target, action) in seen:
@@ -738,10 +812,13 @@ def _merge_proxy(guest, network: Optional[_Network], max_events: int):
             continue
         seen.add((target, action))
         rule = "index-allowed" if action == "allowed" else "not-an-index"
-        events.append(Event(0, when, "network", action, "proxy", 0, target, rule,
+        pid = pids.get(client, 0)
+        events.append(Event(0, when, "network", action, "proxy", pid, target, rule,
                             {"protocol": protocol, "method": how, "host": host, "port": port,
-                             "seen": "the host's proxy, through the VM's relay"}))
-        attempt = NetworkAttempt("inet", protocol, host, port, host, action, 0, "proxy")
+                             "seen": "the host's proxy, through the VM's relay",
+                             "pid": ("in the guest: the process whose connection the guest's supervisor "
+                                     "made" if pid else "unknown: in the guest, not traced to a process")}))
+        attempt = NetworkAttempt("inet", protocol, host, port, host, action, pid, "proxy")
         if attempt not in attempts:
             attempts.append(attempt)
     ordered = sorted(events, key=lambda e: (e.time, e.seq))
@@ -786,7 +863,7 @@ def _boot(plan, policy, tools: Tools, accel: str, qemu_argv: List[str], shares: 
 
     for share in shares:
         if share.writable:
-            _strip_mapped(share.path)
+            _settle_mapped(share.path)
     written = files.changed(before, files.snapshot(roots))
     tail = _console_tail(console)
     with open(os.path.join(run_dir, "qemu.err"), "rb") as fh:
@@ -815,7 +892,7 @@ def _boot(plan, policy, tools: Tools, accel: str, qemu_argv: List[str], shares: 
     unavailable = dict(guest.isolation.unavailable) if guest else {}
     if accel == "tcg":
         unavailable["vm.kvm"] = "software emulation (--vm-accel tcg) was asked for"
-    events, attempts, dropped = _merge_proxy(guest, network, policy.max_events)
+    events, attempts, dropped = _merge_proxy(guest, network, policy.max_events, message)
     return Report(
         command=tuple(plan.argv), exit_code=guest.exit_code if guest else None,
         timed_out=timed_out or bool(guest and guest.timed_out),

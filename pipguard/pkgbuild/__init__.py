@@ -30,17 +30,19 @@ class MakepkgNotFound(PipguardError):
 
 
 def review(directory: str, *, allow_hosts: Sequence[HostPort] = (), isolation: str = "auto",
-           timeout: Optional[float] = None, env: Optional[Mapping[str, str]] = None,
+           vm_accel: str = "kvm", timeout: Optional[float] = None, env: Optional[Mapping[str, str]] = None,
            progress: Optional[Callable[[str], None]] = None) -> PkgbuildResult:
     """Review the PKGBUILD in ``directory``.
 
     ``allow_hosts``: destinations the sources phase may reach besides the
     public hosts the source URLs name (empty: only those). ``isolation``:
-    ``auto`` or ``os`` (``audit`` sees only Python processes, and makepkg is
-    bash: refused). ``timeout``: seconds per sandboxed run (None: no limit).
-    ``env``: the environment to start from (default ``os.environ``; the
-    sandbox scrubs it). Raises :class:`~pipguard.errors.PipguardError` for
-    bad input or a missing makepkg, before anything ran.
+    ``auto``, ``os`` or ``vm`` (each phase in a QEMU guest of its own, run
+    as under ``pipguard run --isolation vm``; ``vm_accel`` as there);
+    ``audit`` sees only Python processes and makepkg is bash: refused.
+    ``timeout``: seconds per sandboxed run (None: no limit). ``env``: the
+    environment to start from (default ``os.environ``; the sandbox scrubs
+    it). Raises :class:`~pipguard.errors.PipguardError` for bad input, a
+    missing makepkg or (vm) a VM that cannot boot here, before anything ran.
     """
     from pipguard.pkgbuild import builduser
     from pipguard.pkgbuild.review import Layout, Reviewer
@@ -49,19 +51,23 @@ def review(directory: str, *, allow_hosts: Sequence[HostPort] = (), isolation: s
     directory = os.path.abspath(directory)
     if isolation == "audit":
         raise UsageError("--isolation audit cannot review a PKGBUILD",
-                         hint="the audit layer sees only Python processes and makepkg is bash; use auto or os")
+                         hint="the audit layer sees only Python processes and makepkg is bash; use auto, os or vm")
     if not os.path.isfile(os.path.join(directory, "PKGBUILD")):
         raise UsageError(f"no PKGBUILD in {directory}", hint="name the directory that holds the PKGBUILD")
     for tool in ("makepkg", "bash"):
         if shutil.which(tool, path=env.get("PATH") or os.defpath) is None:
             raise MakepkgNotFound(f"{tool} is not installed", hint=INSTALL_HINT)
+    if isolation == "vm":
+        from pipguard.backends import vm
+
+        vm.preflight(vm_accel)  # no qemu, kernel or working KVM: exit 2 with the reason
     user = builduser.choose()
     base = tempfile.mkdtemp(prefix="pipguard-pkgbuild-")
     try:
         layout = Layout(base)
         _stage(directory, layout, user)
         reviewer = Reviewer(directory, layout, allow_hosts=allow_hosts, isolation=isolation,
-                            timeout=timeout, env=env, progress=progress, build_user=user.to_json())
+                            vm_accel=vm_accel, timeout=timeout, env=env, progress=progress, build_user=user.to_json())
         data = builduser.run_as_build_user(user, reviewer.run, preload=_preload)
         return PkgbuildResult.from_json(data)
     finally:
@@ -98,6 +104,8 @@ def _preload() -> None:
     import threading  # noqa: F401
 
     import pipguard._child  # noqa: F401
+    import pipguard.backends._vm_relay  # noqa: F401 (--isolation vm: the worker runs QEMU)
+    import pipguard.backends.vm  # noqa: F401
     import pipguard.files  # noqa: F401
     import pipguard.launcher  # noqa: F401
     import pipguard.notify  # noqa: F401

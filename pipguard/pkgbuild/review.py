@@ -73,13 +73,14 @@ class Reviewer:
     result's JSON form (it may have to cross a process boundary)."""
 
     def __init__(self, directory: str, layout: Layout, *, allow_hosts: Sequence[HostPort] = (),
-                 isolation: str = "auto", timeout: Optional[float] = None,
+                 isolation: str = "auto", vm_accel: str = "kvm", timeout: Optional[float] = None,
                  env: Optional[Mapping[str, str]] = None, progress: Optional[Progress] = None,
                  build_user: Optional[dict] = None, arch: Optional[str] = None) -> None:
         self.directory = directory
         self.layout = layout
         self.allow_hosts = tuple(allow_hosts)
         self.isolation = isolation
+        self.vm_accel = vm_accel
         self.timeout = timeout
         self.env = dict(os.environ if env is None else env)
         self.progress = progress or (lambda message: None)
@@ -103,7 +104,13 @@ class Reviewer:
         the build phase's)."""
         from pipguard.sandbox import run
 
-        policy = Policy(isolation=self.isolation, allow_hosts=tuple(hosts), timeout=self.timeout,
+        # makepkg first checks that each of its settings directories exists and that its
+        # mode lets this user write it (mkdir -p, [[ -w ]]): each phase sees them all, read-only
+        # unless it writes them (on the host they exist anyway; in a VM only what is shared does)
+        settings = [d for d in (self.layout.sources, self.layout.out) if d not in write]
+        read = [*read, *settings]
+        policy = Policy(isolation=self.isolation, vm_accel=self.vm_accel, allow_hosts=tuple(hosts),
+                        timeout=self.timeout,
                         allow_read=tuple(dict.fromkeys(read)), allow_write=tuple(dict.fromkeys(write)),
                         keep_env=MAKEPKG_DIRS, writable_cwd=writable_cwd)
         env = dict(self.env, **self.layout.makepkg_env(builddir or self.layout.build))
