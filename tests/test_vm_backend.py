@@ -307,6 +307,9 @@ package() {
 """
 
 
+@pytest.mark.skipif(os.environ.get("PIPGUARD_TEST_SLOW_VM") != "1",
+                    reason="makepkg under TCG takes 8-15 min on this 2-vCPU host (3 boots); "
+                           "run with PIPGUARD_TEST_SLOW_VM=1 (CI keeps its VM tests few and fast)")
 def test_pkgbuild_runs_every_phase_in_a_guest(makepkg, pkgdir, fake_home):  # noqa: F811 (fixtures)
     """pkgbuild --isolation vm: the real makepkg of each phase in a guest of its own (no sources,
     no .install: three boots), as the build user, and each phase's guest report came back. What
