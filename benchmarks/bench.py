@@ -888,7 +888,9 @@ def compile_pipguard(pipguard: List[str]) -> str:
         return "unknown (not compiled: no interpreter found for the pipguard command)"
     script = ("import compileall, os, pipguard; d = os.path.dirname(pipguard.__file__); "
               "compileall.compile_dir(d, quiet=1); print(d)")
-    proc = subprocess.run([python, "-c", script], capture_output=True, text=True, env=clean_env(), timeout=300)
+    # -I: not the current directory first (the bench runs from a checkout, whose pipguard it
+    # would compile instead of the one the command imports)
+    proc = subprocess.run([python, "-I", "-c", script], capture_output=True, text=True, env=clean_env(), timeout=300)
     where = proc.stdout.strip() or f"unknown (compile failed: {proc.stderr.strip()[-200:]})"
     editable = not any(part in where for part in ("site-packages", "dist-packages"))
     return f"{where} (bytecode compiled before the run{'; an editable install or checkout' if editable else ''})"
