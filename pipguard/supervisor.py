@@ -17,13 +17,13 @@ import selectors
 import signal
 import socket
 import time
-from typing import Dict, Optional, Set, Tuple
+from typing import Dict, Optional, Tuple
 
 from pipguard import notify, rules
-from pipguard._keeper import process_tree
 from pipguard.launcher import Started
 from pipguard.plan import HOOK_DIR, Plan
 from pipguard.evidence import Collector, Evidence
+from pipguard.lifetime import Lifetime
 from pipguard.responders import NativeResponder
 from pipguard.report import ALLOWED, BLOCKED, ProcessRecord
 
@@ -122,15 +122,11 @@ class Supervisor:
         self.evidence = self.collector.evidence
         self.add_event = self.collector.add_event
         self.add_network = self.collector.add_network
-        entered = started.entered
-        #: pipguard's own processes inside the sandbox (ns: its pid 1): not the command's
-        self._helpers = set(entered.helpers) if entered is not None else set()
-        self._own_pid_namespace = entered is not None and entered.pid_namespace
+        # who belongs to the run, and killing what it leaves behind
+        self.lifetime = Lifetime(plan, started, self.collector, cgroup)
         self.memory = notify.Memory()
         #: the run's cgroup (pipguard.limits.RunCgroup) or None
         self.cgroup = cgroup
-        self.memory_limit = plan.settings.memory  # kept: tests and renderers read it
-        self._root_ended = 0.0
         self._native_arch: Optional[int] = _NATIVE_ARCH
         self.deny_errno = _deny_errno()
         self._t0 = time.time()
@@ -156,9 +152,6 @@ class Supervisor:
         self._dns = self.collector.dns  # address -> host name, from lookups seen in the run
         self._fifo_fd: Optional[int] = None
         self._responder: Optional[NativeResponder] = None
-        self.evidence.processes[self.root_pid] = ProcessRecord(
-            self.root_pid, started.process.keeper_pid, tuple(plan.argv))
-        self.evidence.process_order.append(self.root_pid)
 
     def _read_fifo(self, fd: int) -> None:
         try:
@@ -337,7 +330,7 @@ class Supervisor:
     def _process_limit(self, note: notify.Notification) -> int:
         now = time.monotonic()
         if now - self._last_scan > _SCAN_INTERVAL:
-            self._live_at_scan = len(self.descendants())
+            self._live_at_scan = len(self.lifetime.descendants())
             self._forks_since_scan = 0
             self._last_scan = now
         self._forks_since_scan += 1
@@ -373,13 +366,13 @@ class Supervisor:
         return tid
 
     def _signal_decision(self, note: notify.Notification, op: str, pid: int, sig: int) -> int:
-        if self._own_pid_namespace:
+        if self.lifetime.own_pid_namespace:
             return 0  # its pids are not ours to compare, and it can name nothing outside
         if pid == 0:
             return 0  # our own process group: the sandbox has its own session
         if pid > 0 and (pid == note.pid or self._tgid(pid) == self._tgid(note.pid)):
             return 0  # to itself (raise(), abort(), Go's preemption tgkill): no /proc scan
-        inside = self.descendants()
+        inside = self.lifetime.descendants()
         if pid < -1:
             groups = set()
             for member in inside:
@@ -644,34 +637,6 @@ class Supervisor:
         return self._file_decision(note, dirfd, note.args[1], flags,
                                    in_root=bool(resolve & _RESOLVE_IN_ROOT))
 
-    # --------------------------------------------------------------- lifetime
-    def descendants(self) -> Set[int]:
-        """Every live process of the sandbox: the tree under its keeper, the
-        subreaper every orphan of the sandbox comes back to (a setsid daemon
-        too), or the run's cgroup where there is one (cheaper to read)."""
-        if self.cgroup is not None:
-            members = self.cgroup.members()
-            if members is not None:
-                return members - self._helpers
-        if not os.path.isdir("/proc"):  # no procfs (not Linux): the first process is all we can track
-            return {self.root_pid} if self.started.process.poll() is None else set()
-        return process_tree(self.started.process.keeper_pid) - self._helpers
-
-    def _note_before_kill(self, pid: int) -> None:
-        """Record a process we never saw exec (a fork of a shell, a daemon
-        killed before its exec) from /proc, so the report names what was
-        killed instead of a bare pid."""
-        if pid in self.evidence.processes or len(self.evidence.processes) > self.settings.max_events:
-            return
-        ppid, _comm = notify.proc_stat(pid)
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                argv = tuple(os.fsdecode(a) for a in fh.read().split(b"\0")[:-1])
-        except OSError:
-            argv = ()
-        self.evidence.processes[pid] = ProcessRecord(pid, ppid, argv[:64])
-        self.evidence.process_order.append(pid)
-
     # ------------------------------------------------------------------- loop
     def run(self) -> Evidence:
         fifo = os.open(self.plan.fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -708,13 +673,13 @@ class Supervisor:
             # while we kill, so no process hangs in a notified syscall; a second
             # signal waits until that is done.
             with _signals_deferred(self._interrupted):
-                self._kill_answering(sel, listener, fifo)
+                self.lifetime.kill_all(lambda: self._answer_while_killing(sel, listener, fifo))
         finally:
             with _signals_deferred(self._interrupted):
                 self._close(responder, listener, fifo, keepalive, pidfd, sel)
         self.evidence.exit_code = self.started.process.wait()
         self.started.process.release()
-        self._limit_events()
+        self.lifetime.limit_events()
         return self.evidence
 
     def _close(self, responder, listener, fifo, keepalive, pidfd, sel) -> None:
@@ -785,97 +750,26 @@ class Supervisor:
                     # exited; its status follows from the keeper, which reaps it
                     sel.unregister(key.fd)
                     pidfd = None
-            if poll_cpu and self.cgroup.cpu_exceeded():
-                self.evidence.limit_hit = "cpu"
+            if poll_cpu and self.lifetime.cpu_exceeded():
                 return
 
-    def _limit_events(self) -> None:
-        """What hit a limit, from the cgroup's counters and how processes died."""
-        from pipguard.limits import RLIMIT_SIGNALS
-
-        detail_of = {"memory": self.memory_limit, "processes": self.settings.processes,
-                     "cpu": self.settings.cpu, "write": self.settings.write}
-        rules = {"memory": "limit-memory", "processes": "limit-processes", "cpu": "limit-cpu",
-                 "write": "limit-disk"}
-
-        def hit(name: str, pid: int, how: str) -> None:
-            self.evidence.limit_hit = self.evidence.limit_hit or name
-            self.add_event("process", BLOCKED, "supervisor", pid, name, rules[name],
-                           {"limit": detail_of[name], "how": how}, always=True)
-
-        if self.evidence.limit_hit == "cpu":
-            hit("cpu", self.root_pid, "cgroup cpu.stat passed the limit; the run was killed")
-        if self.cgroup is not None:
-            if self.cgroup.memory_events():
-                hit("memory", self.root_pid, "the kernel's OOM killer ended a process of the run")
-            if self.cgroup.pids_events():
-                hit("processes", self.root_pid, "forks failed: the run had pids.max tasks")
-        for pid, status in sorted(self.started.process.reaped.items()):
-            if os.WIFSIGNALED(status) and os.WTERMSIG(status) in RLIMIT_SIGNALS:
-                name = RLIMIT_SIGNALS[os.WTERMSIG(status)]
-                hit(name, pid, f"killed by {signal.Signals(os.WTERMSIG(status)).name}")
-
-    def _lingering(self, alive: Set[int]) -> None:
-        """Processes still alive when the first one ended by itself: a build
-        has no business leaving anything behind (a daemon that waits to act
-        later). Recorded as findings, then killed with the rest."""
-        when = time.time()
-        for pid in sorted(alive):
-            self._note_before_kill(pid)
-            record = self.evidence.processes.get(pid)
-            argv = list(record.argv) if record else []
-            self.add_event("process", BLOCKED, "supervisor", pid, " ".join(argv)[:200] or f"pid {pid}",
-                           "lingering-process",
-                           {"argv": argv[:64], "ppid": record.ppid if record else 0, "when": when,
-                            "after_exit": round(when - self._root_ended, 3)}, when=when,
-                           always=len(alive) <= 64)
-
-    def _kill_answering(self, sel, listener, fifo) -> None:
+    def _answer_while_killing(self, sel, listener, fifo) -> None:
+        """One short round of the loop while lifetime kills: no process may
+        hang in a notified syscall, and the last events still arrive."""
         process = self.started.process
-        self._root_ended = time.time()
-        ended_itself = not (self.evidence.timed_out or self.evidence.interrupted
-                            or self.evidence.limit_hit)
-        for attempt in range(200):
-            alive = self.descendants() - {self.root_pid} if ended_itself else self.descendants()
-            if not alive:
-                break
-            if attempt == 0 and ended_itself:
-                self._lingering(alive)
-            for pid in alive:
-                self._note_before_kill(pid)
-            if self.cgroup is not None and self.cgroup.kill():
-                pass  # one write kills every member at once: no pid can be reused under us
-            else:
-                # Freeze first, then kill: a parent must not get to run (and
-                # act on a child's death) between two SIGKILLs.
-                for pid in alive:
-                    try:
-                        os.kill(pid, signal.SIGSTOP)
-                    except ProcessLookupError:
-                        pass
-                for pid in alive:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        continue
-            if not ended_itself:
-                process.kill()
-            for pid in alive:
-                if pid != self.root_pid and pid not in self.evidence.killed:
-                    self.evidence.killed.append(pid)
-            for key, _mask in sel.select(0.01):
-                if key.data == "notify":
-                    try:
-                        self._handle_notification(listener)
-                    except OSError:
-                        pass
-                elif key.data == "forwarded":
-                    self._serve_forwarded(key.fd, sel, listener)
-                elif key.data == "fifo":
-                    self._read_fifo(fifo)
-                elif key.data == "keeper":
-                    if not process.read_reports(block=False):
-                        sel.unregister(key.fd)
+        for key, _mask in sel.select(0.01):
+            if key.data == "notify":
+                try:
+                    self._handle_notification(listener)
+                except OSError:
+                    pass
+            elif key.data == "forwarded":
+                self._serve_forwarded(key.fd, sel, listener)
+            elif key.data == "fifo":
+                self._read_fifo(fifo)
+            elif key.data == "keeper":
+                if not process.read_reports(block=False):
+                    sel.unregister(key.fd)
 
     def _drain(self, fifo: int) -> None:
         while True:
