@@ -93,7 +93,7 @@ def test_the_plan_carries_the_runs_settings(tmp_path):
         cleanup(plan)
 
 
-@pytest.mark.parametrize("module", ["launcher", "supervisor", "lifetime", "_keeper", "_child"])
+@pytest.mark.parametrize("module", ["launcher", "supervisor", "handlers", "lifetime", "_keeper", "_child"])
 def test_nothing_after_the_plan_reads_the_policy(module):
     """The one-way flow: launcher and supervisor take the plan (and its settings),
     never the Policy: no name Policy, no attribute or variable named policy in their code."""
