@@ -7,7 +7,7 @@
  *
  * The thread receives every notification (SECCOMP_IOCTL_NOTIF_RECV). It
  * answers itself only opens the Python supervisor would allow without
- * recording anything (supervisor.Supervisor._file_decision):
+ * recording anything (handlers.Handlers._file_decision):
  *  - a read of a normalised absolute path under a root the sandbox cannot
  *    write (no symlink of its making on the way), as Python's fast path; or
  *  - any other open (a write, a path under a writable root, a path relative
@@ -118,7 +118,7 @@ static int read_how(pid_t pid, uint64_t addr, uint64_t how[3])
 }
 
 /* No "..", "." or empty component that could make a prefix test lie
- * (supervisor._normalised). */
+ * (handlers._normalised). */
 static int normalised(const char *path)
 {
     size_t len = strlen(path);
@@ -127,7 +127,7 @@ static int normalised(const char *path)
     return !(len >= 2 && path[len - 2] == '/' && path[len - 1] == '.');
 }
 
-/* Resolve an absolute, normalised path like supervisor._resolve does
+/* Resolve an absolute, normalised path like handlers.Handlers._resolve does
  * (os.path.realpath), but refuse (0) where they could differ: the parent
  * must resolve, the last component must not be a symlink. */
 static int resolve(const char *path, char *out)
@@ -163,7 +163,7 @@ static int resolve(const char *path, char *out)
 }
 
 /* 1: answer CONTINUE here; 0: forward to Python. Mirrors the fast path of
- * Supervisor._file_decision, extended to relative paths by joining them to
+ * Handlers._file_decision, extended to relative paths by joining them to
  * the kernel's canonical name of their base directory. */
 static int fast_open(responder_t *r, const struct seccomp_notif *n, int kind)
 {

@@ -1,8 +1,9 @@
 """Who answers the seccomp notifications of a run.
 
 Two responders, one contract: every notification gets exactly one answer,
-and every one that needs a decision with evidence reaches the supervisor's
-handlers (:meth:`pipguard.supervisor.Supervisor._dispatch`).
+and every one that needs a decision with evidence reaches the handlers
+(pipguard/handlers.py) through the supervisor's dispatch
+(:meth:`pipguard.supervisor.Supervisor._dispatch`).
 
 - **Python** (always there): the supervisor's loop reads the listener itself
   and dispatches each notification.

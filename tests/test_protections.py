@@ -95,8 +95,9 @@ def test_the_plan_carries_the_runs_settings(tmp_path):
 
 @pytest.mark.parametrize("module", ["launcher", "supervisor", "handlers", "lifetime", "_keeper", "_child"])
 def test_nothing_after_the_plan_reads_the_policy(module):
-    """The one-way flow: launcher and supervisor take the plan (and its settings),
-    never the Policy: no name Policy, no attribute or variable named policy in their code."""
+    """The one-way flow: launcher and supervisor (its loop, handlers and lifetime) take the
+    plan (and its settings), never the Policy: no name Policy, no attribute or variable
+    named policy in their code."""
     import ast
     import importlib
 
