@@ -1,8 +1,8 @@
 """What each notified syscall is, and the decision for it.
 
 The seccomp filter sends some syscalls to the supervisor (pipguard/oslayer/
-seccomp.py says which); for each one the supervisor's loop calls
-:meth:`Handlers.handler`'s method of that name, ``on_<syscall>``, or
+seccomp.py says which); for each one the supervisor's loop finds its
+``on_<syscall>`` method with :meth:`Handlers.handler`, or calls
 :meth:`Handlers.denied` for one the filter denies outright. A handler reads
 the syscall's arguments (registers, and the caller's memory where it must),
 records what it saw with the evidence collector and returns the answer: 0
@@ -12,8 +12,8 @@ answered itself).
 - **files** (open, openat, openat2, creat): the one rule table
   (pipguard/rules.py) on the resolved path; the native responder's fast
   tables come from the same grants (:attr:`Handlers.fast_tables`);
-- **network** (socket, connect, bind, sendto, sendmsg, sendmmsg): the plan's
-  network mode; under ``hosts`` a connect to the index proxy is made by
+- **network** (socket, socketpair, connect, bind, sendto, sendmsg, sendmmsg):
+  the plan's network mode; under ``hosts`` a connect to the index proxy is made by
   pipguard on the sandbox's behalf;
 - **signals** (kill, tkill, tgkill, rt_(tg)sigqueueinfo, pidfd_send_signal):
   evidence for what Landlock's signal scope refuses;
