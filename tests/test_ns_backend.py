@@ -181,7 +181,35 @@ def test_fallback_when_user_namespaces_are_denied(work, fake_home):
     doctor = pg("doctor", "--format", "json")
     checks = {c["name"]: c for c in json.loads(doctor.stdout)["checks"]}
     assert checks["ns.user"]["status"] == "missing" and "seccomp" in checks["ns.user"]["detail"]
-    assert pg("run", "--", "true").returncode == 0  # auto does not need namespaces
+    # auto falls back to the plain backend and says why, in the report
+    report = work / "auto.json"
+    r = pg("run", "--report", str(report), "--", "true")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    data = json.loads(report.read_text())
+    assert "ns" not in data["isolation"]["applied"], data["isolation"]
+    ns_state = data["isolation"]["protections"]["ns"]
+    assert ns_state["state"] == "unavailable" and "seccomp" in ns_state["reason"], ns_state
+
+
+def test_auto_chooses_ns_where_it_works(work, fake_home):
+    """Where the namespace backend works, the default isolation runs in it: its own pid
+    namespace, only lo, decoys at the home's path, read observation off (the decoys report)."""
+    report = work / "auto.json"
+    r = subprocess.run([sys.executable, "-m", "pipguard", "run", "--report", str(report), "--", "sh", "-c",
+                        "grep -c : /proc/net/dev; grep -o lo: /proc/net/dev; ls /proc | grep -c '^[0-9]'; "
+                        "head -c 64 \"$1\"/.ssh/id_rsa",
+                        "sh", str(fake_home.path)], cwd=work, env=fake_home.env(), capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    data = json.loads(report.read_text())
+    assert data["isolation"]["requested"] == "auto" and "ns" in data["isolation"]["applied"]
+    assert data["isolation"]["protections"]["ns"]["state"] == "active"
+    lines = r.stdout.splitlines()
+    assert lines[:2] == ["1", "lo:"], r.stdout  # one interface, lo: its own net namespace
+    assert int(lines[2]) < 8, r.stdout  # its own pid namespace: pid 1, sh and its commands
+    assert "pipguard-decoy" in r.stdout and not fake_home.leaked(r.stdout.encode()), r.stdout
+    assert any(e["rule"] == "decoy-read" for e in data["events"]), data["events"]
+    assert data["supervision"].get("answered_natively", 0) < 20, data["supervision"]  # opens not observed
 
 
 # ------------------------------------------------------------ issue 14, install under ns

@@ -735,28 +735,37 @@ def _watch_decoys(spec: NamespaceSpec) -> Tuple[int, Dict[int, str]]:
     audit hook attributes Python reads, the decoy says that *something* of
     the sandbox opened it). The fd stays in pid 1; the launcher takes it.
 
-    The run's own ``$HOME`` gets them too (a native ``cat ~/.ssh/id_rsa``
+    The run's own ``$HOME`` has them too (a native ``cat ~/.ssh/id_rsa``
     would otherwise fail with ENOENT, unreported with read observation off),
-    watched for reads only (``IN_ACCESS``): that home is the build's to
-    write, and a tool writing ``~/.docker/config.json`` there opens it
-    without reading anything."""
+    planted by the plan (:func:`plant_decoys`, before the files snapshot: they
+    are not the build's writes) and watched here for reads only
+    (``IN_ACCESS``): that home is the build's to write, and a tool writing
+    ``~/.docker/config.json`` there opens it without reading anything."""
     fd = _check(_libc.inotify_init1(IN_CLOEXEC | IN_NONBLOCK), "inotify_init1")
     watched: Dict[int, str] = {}
     plants = [(home, IN_OPEN | IN_ACCESS) for home in spec.decoy_homes if home != "/home"]  # /home holds homes
+    for home, _mask in plants:
+        plant_decoys(home, spec.token)
     if spec.sandbox_home:
         plants.append((spec.sandbox_home, IN_ACCESS))
     for home, mask in plants:
-        for rel, template in DECOYS.items():
+        for rel in DECOYS:
             path = home + "/" + rel
-            _ensure_dir(os.path.dirname(path))
-            out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-            try:
-                os.write(out, template.format(token=spec.token).encode())
-            finally:
-                os.close(out)
             wd = _check(_libc.inotify_add_watch(fd, _b(path), mask), f"inotify_add_watch {path}")
             watched[wd] = path
     return fd, watched
+
+
+def plant_decoys(home: str, token: str) -> None:
+    """Write every decoy credential below ``home`` (mode 0600), marked with ``token``."""
+    for rel, template in DECOYS.items():
+        path = home + "/" + rel
+        _ensure_dir(os.path.dirname(path))
+        out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(out, template.format(token=token).encode())
+        finally:
+            os.close(out)
 
 
 # ------------------------------------------------------------ the launcher side
