@@ -461,7 +461,7 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
                                         sandbox_home=home_dir)
                 readable += namespace.decoy_homes
                 # in the run's own $HOME before anything runs: they are not the build's writes
-                ns.plant_decoys(home_dir, namespace.token)
+                ns.plant_decoys(home_dir, namespace.token, ns.HOME_DECOYS)
             os_spec = OsLayerSpec(
                 read_paths=tuple(dict.fromkeys(p for p in readable if p)),
                 write_paths=tuple(dict.fromkeys([*write_roots, fifo])),

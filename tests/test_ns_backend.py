@@ -145,6 +145,34 @@ def test_native_decoy_read_is_reported_without_read_observation(who, request, wo
     assert r.report["supervision"].get("answered_natively", 0) < 50  # opens are not notified
 
 
+def test_every_credential_location_of_the_rule_table_is_a_decoy():
+    """The one rule table decides what a credential is; the real homes' decoys follow it:
+    each location has a decoy file at it or below it (a directory's first file)."""
+    from pipguard import rules
+    from pipguard.backends import ns
+
+    for rel in rules.CREDENTIAL_PATHS:
+        assert any(d == rel or d.startswith(rel + "/") for d in ns.DECOYS), rel
+    assert set(ns.DECOY_DIRECTORIES) <= set(rules.CREDENTIAL_PATHS)
+    for rel in ns.HOME_DECOYS:  # the run's own $HOME: nothing a build tool looks up by itself
+        assert not any(rel == c or rel.startswith(c + "/") for c in rules.CONFIG_LOOKUPS), rel
+
+
+def test_native_reads_of_any_credential_location_are_reported_under_auto(work, fake_home):
+    """The loud native stealer under the default isolation (ns here, read observation off):
+    a file (~/.netrc), a directory's key (~/.gnupg/...), a listing (~/.mozilla) and a history
+    file, at the real home's path: each a decoy-read finding, no real marker anywhere."""
+    home = fake_home.path
+    targets = [f"{home}/.netrc", f"{home}/.gnupg/private-keys-v1.d/pipguard.key", f"{home}/.bash_history"]
+    r = pg.cli(["run", "--", "sh", "-c", f"cat {' '.join(targets)}; ls -a {home}/.mozilla"],
+               cwd=work, env=fake_home.env())
+    assert "ns" in r.report["isolation"]["applied"], r.report["isolation"]
+    assert not fake_home.leaked(r.stdout.encode()), r.stdout
+    read = {e["target"] for e in r.blocked(kind="file-read", rule="decoy-read")}
+    assert read >= {*targets, f"{home}/.mozilla"}, r.report["events"]
+    assert r.report["verdict"] == "blocked"
+
+
 def test_probe_says_ns_works_here():
     from pipguard.backends import ns
 

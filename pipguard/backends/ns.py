@@ -79,6 +79,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from pipguard import rules
 from pipguard.backends import Part, Probe
 
 name = "ns"
@@ -125,6 +126,7 @@ SIOCSIFFLAGS = 0x8914
 IFF_UP = 0x1
 IN_OPEN = 0x20
 IN_ACCESS = 0x1
+IN_ONLYDIR = 0x01000000
 IN_CLOEXEC = os.O_CLOEXEC
 IN_NONBLOCK = os.O_NONBLOCK
 
@@ -135,10 +137,11 @@ HOSTNAME = "pipguard"
 #: the uid/gid the sandbox is on the host when pipguard runs as root
 OVERFLOW_ID = 65534
 
-#: Decoy credentials written into each home's tmpfs. Only files no build tool
-#: reads by itself: ``~/.netrc`` (meson and curl look it up) and ``~/.npmrc``
-#: (npm's config) are not planted, so opening a decoy is always a finding.
-DECOYS: Dict[str, str] = {
+#: Decoy credentials. The run's own ``$HOME`` gets these: only files no build
+#: tool reads by itself there (``~/.netrc``: meson and curl look it up;
+#: ``~/.npmrc``: npm's config; ``~/.gnupg``: gpg verifying a signature), so
+#: opening one is always a finding.
+HOME_DECOYS: Dict[str, str] = {
     ".ssh/id_rsa": "-----BEGIN OPENSSH PRIVATE KEY-----\npipguard-decoy-{token}\n-----END OPENSSH PRIVATE KEY-----\n",
     ".ssh/id_ed25519": "-----BEGIN OPENSSH PRIVATE KEY-----\npipguard-decoy-{token}\n-----END OPENSSH PRIVATE KEY-----\n",
     ".aws/credentials": "[default]\naws_access_key_id = AKIAPIPGUARDDECOY\naws_secret_access_key = pipguard-decoy-{token}\n",
@@ -150,6 +153,28 @@ DECOYS: Dict[str, str] = {
     ".config/gcloud/application_default_credentials.json": '{{"refresh_token": "pipguard-decoy-{token}"}}\n',
     ".azure/msal_token_cache.json": '{{"AccessToken": "pipguard-decoy-{token}"}}\n',
 }
+#: The real homes' tmpfs (nothing but a thief opens a file at a real home's
+#: path: ``$HOME`` is the run's own) get a decoy for every credential location
+#: of the rule table (:data:`pipguard.rules.CREDENTIAL_PATHS`): the file at that
+#: path, or for a directory the file a stealer opens first in it; each such
+#: directory is watched too (listing it is opening it).
+_GENERIC = "pipguard-decoy-{token}\n"
+DECOY_DIRECTORIES: Dict[str, str] = {
+    ".ssh": "id_rsa", ".aws": "credentials", ".azure": "msal_token_cache.json",
+    ".config/gcloud": "application_default_credentials.json", ".kube": "config", ".config/gh": "hosts.yml",
+    ".gnupg": "private-keys-v1.d/pipguard.key", ".password-store": ".gpg-id",
+    ".terraform.d": "credentials.tfrc.json", ".mozilla": "firefox/profiles.ini",
+    ".config/google-chrome": "Default/Login Data", ".config/chromium": "Default/Login Data",
+    ".config/BraveSoftware": "Brave-Browser/Default/Login Data", ".bitcoin": "wallet.dat",
+    ".ethereum": "keystore/UTC--pipguard", ".electrum": "wallets/default_wallet",
+    ".config/Exodus": "exodus.wallet/seed.seco", ".local/share/keyrings": "login.keyring",
+    ".config/pip": "pip.conf", ".pip": "pip.conf",
+}
+DECOYS: Dict[str, str] = dict(HOME_DECOYS)
+for _rel in rules.CREDENTIAL_PATHS:
+    _path = _rel + "/" + DECOY_DIRECTORIES[_rel] if _rel in DECOY_DIRECTORIES else _rel
+    DECOYS.setdefault(_path, _GENERIC)
+del _rel, _path
 DEV_LINKS = {"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1",
              "stderr": "/proc/self/fd/2", "ptmx": "pts/ptmx"}
 
@@ -743,22 +768,29 @@ def _watch_decoys(spec: NamespaceSpec) -> Tuple[int, Dict[int, str]]:
     ``~/.docker/config.json`` there opens it without reading anything."""
     fd = _check(_libc.inotify_init1(IN_CLOEXEC | IN_NONBLOCK), "inotify_init1")
     watched: Dict[int, str] = {}
-    plants = [(home, IN_OPEN | IN_ACCESS) for home in spec.decoy_homes if home != "/home"]  # /home holds homes
-    for home, _mask in plants:
+
+    def watch(path: str, mask: int) -> None:
+        wd = _check(_libc.inotify_add_watch(fd, _b(path), mask), f"inotify_add_watch {path}")
+        watched.setdefault(wd, path)
+
+    for home in spec.decoy_homes:
+        if home == "/home":  # it holds the homes
+            continue
         plant_decoys(home, spec.token)
-    if spec.sandbox_home:
-        plants.append((spec.sandbox_home, IN_ACCESS))
-    for home, mask in plants:
         for rel in DECOYS:
-            path = home + "/" + rel
-            wd = _check(_libc.inotify_add_watch(fd, _b(path), mask), f"inotify_add_watch {path}")
-            watched[wd] = path
+            watch(home + "/" + rel, IN_OPEN | IN_ACCESS)
+        for rel in DECOY_DIRECTORIES:  # a listing; a directory's own events carry no name
+            watch(home + "/" + rel, IN_OPEN | IN_ONLYDIR)
+    if spec.sandbox_home:
+        for rel in HOME_DECOYS:
+            watch(spec.sandbox_home + "/" + rel, IN_ACCESS)
     return fd, watched
 
 
-def plant_decoys(home: str, token: str) -> None:
-    """Write every decoy credential below ``home`` (mode 0600), marked with ``token``."""
-    for rel, template in DECOYS.items():
+def plant_decoys(home: str, token: str, decoys: Optional[Mapping[str, str]] = None) -> None:
+    """Write each decoy credential (default: :data:`DECOYS`) below ``home``
+    (mode 0600), marked with ``token``."""
+    for rel, template in (DECOYS if decoys is None else decoys).items():
         path = home + "/" + rel
         _ensure_dir(os.path.dirname(path))
         out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
@@ -802,7 +834,8 @@ class DecoyWatch:
             wd, mask, _cookie, size = struct.unpack_from("iIII", data, offset)
             offset += 16 + size
             path = self.decoys.get(wd)
-            if path is not None and mask & (IN_OPEN | IN_ACCESS):
+            # a watched directory also reports its entries (with a name): those decoys have their own watch
+            if path is not None and mask & (IN_OPEN | IN_ACCESS) and not size:
                 self.records.append((now, path, "open" if mask & IN_OPEN else "read"))
 
     def stop(self) -> List[Tuple[float, str, str]]:
