@@ -79,7 +79,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from pipguard import rules
+from pipguard import rules, threads
 from pipguard.backends import Part, Probe
 
 name = "ns"
@@ -810,8 +810,7 @@ class DecoyWatch:
         self.decoys = {int(k): str(v) for k, v in decoys.items()}
         self.records: List[Tuple[float, str, str]] = []  # (time, path, "open"/"read")
         self._stop_r, self._stop_w = os.pipe()
-        self._thread = threading.Thread(target=self._loop, name="pipguard-decoys", daemon=True)
-        self._thread.start()
+        self._thread = threads.start(self._loop, name="pipguard-decoys")
 
     def _loop(self) -> None:
         import select
