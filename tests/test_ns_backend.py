@@ -173,6 +173,50 @@ def test_native_reads_of_any_credential_location_are_reported_under_auto(work, f
     assert r.report["verdict"] == "blocked"
 
 
+def test_a_split_directory_is_bound_whole_with_what_it_left_out_masked(tmp_path):
+    """/etc, granted entry by entry around its secrets, was ~150 bind mounts per run: a
+    directory split that finely is bound whole, and every entry left out is masked (an empty
+    file, an empty directory); grants below a masked directory are bound on top of it."""
+    from pipguard.backends import ns
+
+    d = tmp_path / "etc"
+    d.mkdir()
+    for i in range(ns.COLLAPSE_AT + 3):
+        (d / f"conf{i}").write_text("ok")
+    (d / "shadow").write_text("SECRET")
+    (d / "ssl").mkdir()
+    (d / "ssl" / "private").mkdir()
+    (d / "ssl" / "certs").mkdir()
+    (d / "link").symlink_to("conf0")  # granted by name: a symlink granted is no obstacle
+    grants = [str(d / f"conf{i}") for i in range(ns.COLLAPSE_AT + 3)] + [str(d / "ssl" / "certs"), str(d / "link")]
+    spec = ns.spec_for(grants, [], [], [], False)
+    kinds = {m.path: m.kind for m in spec.mounts}
+    assert kinds[str(d)] == "ro" and kinds[str(d / "shadow")] == "mask" and kinds[str(d / "ssl")] == "mask"
+    assert kinds[str(d / "ssl" / "certs")] == "ro"
+    assert not [p for p in kinds if p.startswith(str(d / "conf"))]  # no bind per entry
+    # a left-out symlink cannot be covered by a mount: the directory stays split then
+    (d / "other").symlink_to("shadow")
+    kinds = {m.path: m.kind for m in ns.spec_for(grants, [], [], [], False).mounts}
+    assert str(d) not in kinds and kinds[str(d / "conf0")] == "ro"
+
+
+def test_etcs_secrets_are_not_in_the_namespace(work, fake_home):
+    """The real /etc under ns: its secrets (rules.ETC_SECRETS that exist here) show no byte of
+    what they hold, readable or not; what the plan grants reads as on the host."""
+    from pipguard import rules
+
+    secrets = [p for p in rules.ETC_SECRETS if os.path.isfile(p) and os.path.getsize(p)]
+    if not secrets:
+        pytest.skip("no non-empty /etc secret on this host")
+    r = pg.cli(["run", "--isolation", "ns", "--", "sh", "-c",
+                "for f in \"$@\"; do printf '%s ' \"$(cat \"$f\" 2>/dev/null | wc -c)\"; done; "
+                "wc -c < /etc/passwd", "sh", *secrets], cwd=work, env=fake_home.env())
+    sizes = r.stdout.split()
+    assert sizes[:-1] == ["0"] * len(secrets), (secrets, r.stdout)
+    assert int(sizes[-1]) == os.path.getsize("/etc/passwd")
+    assert r.returncode == 0, r.stderr
+
+
 def test_probe_says_ns_works_here():
     from pipguard.backends import ns
 
