@@ -225,6 +225,8 @@ CALLER = textwrap.dedent("""\
     from pipguard import sandbox
     from pipguard.policy import Policy
     mode, marker = sys.argv[1], sys.argv[2]
+    # whatever started the tests: a background job of a non-interactive shell ignores SIGINT
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     mine = __import__("subprocess").Popen(["sh", "-c", "sleep 1; exit 7"])
     if mode == "interrupt":
         threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
