@@ -244,6 +244,16 @@ class NamespaceSpec:
         return tuple(m.path for m in self.mounts if m.kind == "decoys")
 
 
+def _below_any(path: str, roots: Set[str]) -> bool:
+    """Whether a proper ancestor of ``path`` is in ``roots``."""
+    parent = os.path.dirname(path)
+    while parent and parent != path:
+        if parent in roots:
+            return True
+        path, parent = parent, os.path.dirname(parent)
+    return False
+
+
 def _under(path: str, roots: Sequence[str]) -> bool:
     return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
@@ -296,8 +306,10 @@ def spec_for(read_paths: Sequence[str], write_paths: Sequence[str], device_paths
         if _under(real, ["/proc", "/dev"]) or real in homes or _under(real, writes):
             continue
         reads.append(real)
-    # one bind per tree: a path below another read path comes with it
-    reads = [r for r in dict.fromkeys(reads) if not any(o != r and _under(r, [o]) for o in reads)]
+    # one bind per tree: a path below another read path comes with it (each path's
+    # ancestors looked up in a set: the pairwise test was ~250,000 comparisons, 100 ms a plan)
+    roots = set(reads)
+    reads = [r for r in dict.fromkeys(reads) if not _below_any(r, roots)]
     reads, masks = _collapse_splits(reads, {os.path.normpath(p) for p in read_paths if p})
     for link, text in links.items():
         if not _under(link, ["/proc", "/dev"]):
