@@ -74,7 +74,6 @@ import signal
 import socket
 import stat
 import struct
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
