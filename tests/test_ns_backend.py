@@ -222,7 +222,7 @@ def test_probe_says_ns_works_here():
 
     probe = ns.probe(refresh=True)
     assert probe.available, probe.to_json()
-    assert {p.name for p in probe.parts} >= {"user", "uid_map", "mount", "pid", "net"}
+    assert {p.name for p in probe.parts} >= {"user", "uid_map", "mount", "pid", "net", "idmap"}
 
 
 DENY_USERNS = textwrap.dedent("""

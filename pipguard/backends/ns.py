@@ -927,7 +927,7 @@ def probe(*, refresh: bool = False) -> Probe:
     return _PROBE[key]
 
 
-_PARTS = ("user", "uid_map", "mount", "pid", "net", "ipc", "uts")
+_PARTS = ("user", "uid_map", "mount", "pid", "net", "ipc", "uts", "idmap")
 
 
 def _probe() -> Probe:
@@ -964,9 +964,36 @@ def _probe() -> Probe:
     return Probe(name, tuple(parts))
 
 
+def _idmap_probe() -> str:
+    """As root, the ns backend shows its write roots through idmapped mounts
+    (:func:`_root_trees`); "" when one of the temp dir (where pip's build
+    dirs and every run's own dirs live) can be made here, else why not (the
+    filesystem, or a kernel before 5.12)."""
+    if os.geteuid() != 0:
+        return ""
+    import tempfile
+
+    where = tempfile.gettempdir()
+    tree = _libc.syscall(SYS_OPEN_TREE, AT_FDCWD, _b(where), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)
+    if tree < 0:
+        return f"open_tree {where}: {os.strerror(ctypes.get_errno())}"
+    try:
+        userns = _userns_fd(0, 0, OVERFLOW_ID, OVERFLOW_ID)
+        try:
+            _setattr("", MOUNT_ATTR_IDMAP, userns, fd=tree, flags=AT_EMPTY_PATH)
+        finally:
+            os.close(userns)
+    except (OSError, NamespaceError) as exc:
+        return f"an idmapped mount of {where} failed: {exc}"
+    finally:
+        os.close(tree)
+    return ""
+
+
 def _probe_child() -> str:
     out: List[str] = []
     try:
+        idmap = _idmap_probe()
         if os.geteuid() == 0:
             _become(OVERFLOW_ID, OVERFLOW_ID)
         uid, gid = os.geteuid(), os.getegid()
@@ -991,6 +1018,7 @@ def _probe_child() -> str:
             _mount("tmpfs", BASE, "tmpfs", MS_NODEV | MS_NOSUID)
         except OSError as exc:
             out = [o for o in out if not o.startswith("mount=")] + [f"mount=mounting a tmpfs failed: {exc.strerror}"]
+        out.append("idmap=" + idmap)
     except Exception as exc:  # a probe never raises
         out.append(f"user=the probe failed: {exc}")
     return "\n".join(out)
