@@ -26,10 +26,15 @@ What it does (see docs/performance.md for results and how to read them):
      audit      pipguard run --isolation audit      (audit hooks only)
      os         pipguard run --isolation os --no-observe-reads
                                                     (+ Landlock, seccomp, supervisor)
-     full       pipguard run                        (default: everything, reads observed)
+     full       pipguard run                        (default: auto, so the namespace
+                                                    backend where it works, else every
+                                                    layer with reads observed)
      install    pipguard install --sandbox --python VENV PIP-ARGS
-                                                    (only if that command exists)
-     install-noreads  the same with --no-observe-reads (native reads are
+                                                    (the default, auto: the namespace
+                                                    backend where it works, reads not
+                                                    observed; only if that command exists)
+     install-os       the same with --isolation os (the plain backend, reads observed)
+     install-noreads  --isolation os --no-observe-reads (native reads are
                       still blocked by Landlock but not reported: the
                       trade-off the docs describe, measured)
      install-ns       pipguard install --sandbox --isolation ns (each hook
@@ -137,18 +142,21 @@ VARIANT_HELP = {
     "plain": "pip install (no pipguard)",
     "audit": "pipguard run --isolation audit (audit hooks only)",
     "os": "pipguard run --isolation os --no-observe-reads (+ Landlock, seccomp, supervisor)",
-    "full": "pipguard run (default: all layers, reads observed)",
-    "install": "pipguard install --sandbox",
-    "install-noreads": "pipguard install --sandbox --no-observe-reads (the documented trade-off: "
-                       "native reads still blocked, not reported)",
+    "full": "pipguard run (default: auto)",
+    "install": "pipguard install --sandbox (default: auto, the namespace backend where it works)",
+    "install-os": "pipguard install --sandbox --isolation os (plain backend, reads observed)",
+    "install-noreads": "pipguard install --sandbox --isolation os --no-observe-reads (the documented "
+                       "trade-off: native reads still blocked, not reported)",
     "install-ns": "pipguard install --sandbox --isolation ns (namespace backend; read observation "
                   "at its default, off: decoys report credential reads)",
     "install-ns-reads": "pipguard install --sandbox --isolation ns --observe-reads (namespace backend, "
                         "every native open observed)",
 }
-ALL_VARIANTS = ("plain", "audit", "os", "full", "install", "install-noreads", "install-ns", "install-ns-reads")
+ALL_VARIANTS = ("plain", "audit", "os", "full", "install", "install-os", "install-noreads", "install-ns",
+                "install-ns-reads")
 #: the options each pipguard-install variant adds to ``install --sandbox``
-INSTALL_VARIANTS = {"install": [], "install-noreads": ["--no-observe-reads"],
+INSTALL_VARIANTS = {"install": [], "install-os": ["--isolation", "os"],
+                    "install-noreads": ["--isolation", "os", "--no-observe-reads"],
                     "install-ns": ["--isolation", "ns"],
                     "install-ns-reads": ["--isolation", "ns", "--observe-reads"]}
 
@@ -922,7 +930,7 @@ def parse_args(argv: Optional[Sequence[str]] = None):
     p.add_argument("--json", metavar="FILE", help="also write every sample and fact as JSON here")
     p.add_argument("--packages", metavar="NAME,...",
                    help="only these packages of the pinned set (none given: all)")
-    p.add_argument("--variants", default="plain,install,install-noreads",
+    p.add_argument("--variants", default="plain,install,install-os",
                    help="install variants to run, of " + ",".join(ALL_VARIANTS) + " (install is "
                         "skipped when 'pipguard install' does not exist; audit,os,full only on "
                         "the local route)")

@@ -89,6 +89,7 @@ def confine_and_exec(config: dict) -> None:
         pass  # already a session leader (start_new_session)
     os.closerange(3, control_fd)
     os.closerange(control_fd + 1, 65536)
+    was_root = os.geteuid() == 0
     entered = backends.load(config["backend"]).enter(config["backend_spec"], control_fd)
     os.chdir(config["cwd"])
 
@@ -114,7 +115,8 @@ def confine_and_exec(config: dict) -> None:
         status = {"applied": list(applied.applied), "unavailable": dict(applied.unavailable),
                   "landlock_abi": applied.landlock_abi, "syscalls": NOTIFIED}
         listener = applied.listener_fd
-    if config.get("run_as"):
+    # as root the sandbox is another uid: the leased one, or the namespace backend's own
+    if config.get("run_as") or (was_root and os.geteuid() != 0):
         status["applied"] = ["user", *status["applied"]]
     status["listener_fd"] = listener
     if entered is not None:

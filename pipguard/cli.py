@@ -382,9 +382,13 @@ def _click_app():
     @cli.command(context_settings={"ignore_unknown_options": False})
     @click.option("--isolation", type=click.Choice(list(_RUN_ISOLATION_CHOICES)), default="auto",
                   show_default=True,
-                  help="auto: every layer this kernel has (gaps recorded); os: fail unless the "
-                       "whole OS layer applies; audit: Python audit hooks only; vm: in a QEMU "
-                       "guest running those layers (needs working KVM, or --vm-accel tcg).")
+                  help="auto: every layer this kernel has (gaps recorded), inside namespaces of "
+                       "its own where user namespaces work (else on the host's filesystem, the "
+                       "reason recorded); os: on the host's filesystem, fail unless the whole OS "
+                       "layer applies; ns: insist on the namespaces (a new root from the grants, "
+                       "decoy credentials at the homes, loopback only; read observation off by "
+                       "default); audit: Python audit hooks only; vm: in a QEMU guest running "
+                       "those layers (needs working KVM, or --vm-accel tcg).")
     @click.option("--vm-accel", type=click.Choice(["kvm", "tcg"]), default="kvm", show_default=True,
                   help="Under --isolation vm: kvm (exit 2 if KVM does not work here) or tcg "
                        "(software emulation: slow, for review).")
@@ -435,10 +439,9 @@ def _click_app():
                               "(default: pipguard's interpreter). Any CPython >= 3.9."),
             click.option("--isolation", type=click.Choice(list(_RUN_ISOLATION_CHOICES)), default="auto",
                          show_default=True,
-                         help="auto/os/audit as for run; ns: every hook call in namespaces of its own "
-                              "(a new root from its grants, decoy credentials at the homes, loopback "
-                              "only; read observation off by default); vm: each hook call in a QEMU "
-                              "guest of its own (needs working KVM, or --vm-accel tcg)."),
+                         help="as for run, per hook call: auto (namespaces of its own where they "
+                              "work), os, ns, audit; vm: each hook call in a QEMU guest of its own "
+                              "(needs working KVM, or --vm-accel tcg)."),
             click.option("--vm-accel", type=click.Choice(["kvm", "tcg"]), default="kvm", show_default=True,
                          help="Under --isolation vm: kvm (exit 2 if KVM does not work here) or tcg "
                               "(software emulation: slow, for review)."),
@@ -527,7 +530,8 @@ def _click_app():
                        "hosts the source URLs name are allowed already, loopback and private ones "
                        "only with this.")
     @click.option("--isolation", type=click.Choice(["auto", "os", "vm"]), default="auto", show_default=True,
-                  help="auto/os as for run; vm: each phase's makepkg in a QEMU guest of its own "
+                  help="auto/os: the layers on the host's filesystem (PKGBUILD review does not "
+                       "use namespaces yet); vm: each phase's makepkg in a QEMU guest of its own "
                        "(needs working KVM, or --vm-accel tcg).")
     @click.option("--vm-accel", type=click.Choice(["kvm", "tcg"]), default="kvm", show_default=True,
                   help="Under --isolation vm: kvm (exit 2 if KVM does not work here) or tcg "

@@ -90,20 +90,22 @@ def checks(facts: HostFacts) -> List[Check]:
                          f"{facts.native_responder_reason}: Python answers every notification "
                          "(slower, same evidence)", "cheap observation of native file opens"))
     if facts.user_namespaces:
-        out.append(Check("user_namespaces", "ok", "unprivileged user namespaces allowed", "the namespace layer (optional)"))
+        out.append(Check("user_namespaces", "ok", "unprivileged user namespaces allowed", "the namespace backend (auto uses it where it works)"))
     else:
-        out.append(Check("user_namespaces", "missing", facts.user_namespaces_reason, "the namespace layer (optional)"))
+        out.append(Check("user_namespaces", "missing", facts.user_namespaces_reason,
+                         "the namespace backend (auto uses it where it works; else the plain one)"))
     out.extend(ns_checks())
     return out
 
 
 def ns_checks() -> List[Check]:
-    """One line per part of the ns backend (``--isolation ns``; optional:
-    ``auto`` does not use it yet), tried for real in a throw-away child."""
+    """One line per part of the ns backend (``--isolation ns``, and ``auto``
+    where every part works: a missing part does not degrade ``auto``, which
+    then runs the plain backend), tried for real in a throw-away child."""
     from pipguard.backends import ns
 
     return [Check(f"ns.{part.name}", "ok" if part.ok else "missing", part.reason or "works",
-                  "--isolation ns (optional)") for part in ns.probe().parts]
+                  "the namespace backend (auto: where every part works)") for part in ns.probe().parts]
 
 
 #: what each part of the VM backend's probe is needed for

@@ -12,6 +12,7 @@ import pwd
 import shutil
 import sys
 import tempfile
+import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -374,7 +375,10 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
         write_roots.insert(0, cwd)
     # ns: the sandbox's own tmpfs /tmp and /dev/shm are writable (they are not
     # the host's); its homes are decoy tmpfs, readable (a read is evidence)
-    namespace_tmpfs = ("/tmp", "/dev/shm") if policy.isolation == "ns" else ()
+    if facts is None:
+        facts = _host_facts(policy)
+    in_ns = uses_namespaces(policy, facts, os_available)
+    namespace_tmpfs = ("/tmp", "/dev/shm") if in_ns else ()
     write_roots += namespace_tmpfs
     # Derived roots must never widen into a home: `/bin/sh` would otherwise
     # make "/" (the parent of /bin) readable.
@@ -433,9 +437,10 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
     unavailable: Dict[str, str] = {}
     os_spec = None
     namespace = None
-    states = protections.planned(policy.isolation, facts if facts is not None else _host_facts(policy),
-                                 network=network, as_root=os.geteuid() == 0,
+    states = protections.planned(policy.isolation, facts, network=network, as_root=os.geteuid() == 0,
                                  os_reason="" if os_available else os_reason)
+    if not policy.prefer_ns:  # auto on the host's filesystem by request: ns is not wanted, not missing
+        states = tuple(s for s in states if s.name != "ns")
     if policy.isolation != "audit":
         if not os_available:
             if policy.isolation in ("os", "ns"):
@@ -448,13 +453,15 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
             # System dirs never widen into a home (HOME=/opt/ci under /opt).
             system = [g for root in SYSTEM_READ for g in grants_excluding(root, homes)]
             readable = [*system, *_etc_entries(), *read_roots]
-            if policy.isolation == "ns":
+            if in_ns:
                 from pipguard.backends import ns
 
                 namespace = ns.spec_for(readable, [*(r for r in write_roots if r not in namespace_tmpfs), fifo],
                                         [*DEVICES, *_tty_devices()], homes, network == "all",
                                         sandbox_home=home_dir)
                 readable += namespace.decoy_homes
+                # in the run's own $HOME before anything runs: they are not the build's writes
+                ns.plant_decoys(home_dir, namespace.token, ns.HOME_DECOYS)
             os_spec = OsLayerSpec(
                 read_paths=tuple(dict.fromkeys(p for p in readable if p)),
                 write_paths=tuple(dict.fromkeys([*write_roots, fifo])),
@@ -464,7 +471,7 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
                 allow_subprocess=policy.allow_subprocess,
                 notify=True,
                 observe_reads=policy.observe_reads if policy.observe_reads is not None
-                else policy.isolation != "ns",
+                else not in_ns,
             )
     return Plan(
         argv=tuple(argv), executable=executable, cwd=cwd, run_dir=run_dir, fifo=fifo,
@@ -485,12 +492,32 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
 
 def _host_facts(policy: Policy):
     """The host's facts (probed once per process) when the level uses the OS
-    layer; the audit level needs none."""
+    layer; the audit level needs none. For ``auto`` (which picks its backend
+    from them) whether the namespace backend works here is probed for real
+    (a throw-away child, once per process: a few ms); the other levels take
+    it as present (``ns`` confirms it when it starts, and fails with the reason)."""
     if policy.isolation == "audit":
         return None
     from pipguard import host
 
-    return host.planning_facts()
+    facts = host.planning_facts()
+    if policy.isolation == "auto" and policy.prefer_ns:
+        from pipguard.backends import ns
+
+        probe = ns.probe()
+        facts = dataclasses.replace(facts, user_namespaces=probe.available,
+                                    user_namespaces_reason=probe.reason)
+    return facts
+
+
+def uses_namespaces(policy: Policy, facts: Any, os_available: bool = True) -> bool:
+    """Whether the run goes in the namespace backend: always under ``ns``;
+    under ``auto`` where the OS layer and every part of the ns backend work
+    here (``facts``, from :func:`_host_facts`) and the policy prefers it."""
+    if policy.isolation == "ns":
+        return True
+    return (policy.isolation == "auto" and policy.prefer_ns and os_available and facts is not None
+            and bool(getattr(facts, "user_namespaces", False)))
 
 
 def cleanup(plan: Plan) -> None:

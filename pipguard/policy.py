@@ -95,7 +95,7 @@ class Policy:
     - ``isolation``: ``auto`` (every layer the kernel has, degraded parts
       recorded), ``os`` (fail if any OS-layer part is missing), ``ns`` (as
       ``os``, inside user/mount/pid/net/ipc/uts namespaces: fail if they are
-      unavailable; ``auto`` does not choose it yet), ``audit`` (Python audit
+      unavailable; ``auto`` chooses it where it works, see ``prefer_ns``), ``audit`` (Python audit
       hooks only, for non-Linux hosts), ``vm`` (a QEMU guest
       running the layers above: :mod:`pipguard.backends.vm`; never chosen by
       ``auto``).
@@ -109,8 +109,13 @@ class Policy:
       only refused. Empty: none.
     - ``observe_reads``: ask the supervisor to observe every ``open`` for
       evidence of native reads (costly; Landlock blocks them either way).
-      None (the default) means on, except under ``ns``, where the decoy
-      credentials report native credential reads without it.
+      None (the default) means on, except under the namespace backend (``ns``,
+      or ``auto`` where it chose ns), where the decoy credentials report native
+      credential reads without it.
+    - ``prefer_ns``: under ``auto``, run in the namespace backend where this
+      host supports it (probed once per process), else in the plain one with
+      the reason recorded. False: ``auto`` stays on the host's own
+      filesystem (PKGBUILD review and the VM guest: ns is not offered there).
     - Resource limits (:mod:`pipguard.limits` says how each is enforced; the
       report's ``limits`` what was): ``limit_processes`` live processes at
       once (default 2048); ``limit_memory`` bytes (None: 3/4 of the host's
@@ -136,6 +141,7 @@ class Policy:
     limit_write: int = limits.DEFAULT_WRITE_BYTES
     private_roots: Tuple[str, ...] = ()
     vm_accel: str = "kvm"
+    prefer_ns: bool = True
 
     def __post_init__(self) -> None:
         if self.isolation not in ISOLATION_LEVELS:

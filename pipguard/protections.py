@@ -61,7 +61,7 @@ PROTECTIONS: Tuple[Protection, ...] = (
     Protection("supervisor", "supervisor", "seccomp.notify",
                "decisions on exec, connect and opens with evidence", True, OS_LEVELS),
     Protection("ns", "backend", "unprivileged user, mount, pid and net namespaces",
-               "a world of its own: no host processes, network or home", True, ("ns",)),
+               "a world of its own: no host processes, network or home", True, ("ns", "auto")),
     Protection("cgroup2", "limits", "a writable cgroup v2 subtree (root, or delegated)",
                "memory, process and CPU limits the kernel enforces (else rlimits)", False, OS_LEVELS),
 )

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import FrozenSet, List, Optional, Tuple
 from urllib.parse import urlsplit
 
+from pipguard import threads
+
 
 
 @dataclass(frozen=True)
@@ -56,10 +58,10 @@ class IndexProxy:
         self._server.listen(64)
         self.port = self._server.getsockname()[1]
         self._stop = False
-        self._thread = threading.Thread(target=self._serve, name="pipguard-proxy", daemon=True)
+        self._thread = threads.start(self._serve, name="pipguard-proxy", begin=False)
 
     def __enter__(self) -> "IndexProxy":
-        self._thread.start()
+        threads.begin_thread(self._thread)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -82,7 +84,7 @@ class IndexProxy:
                 client, _addr = self._server.accept()
             except OSError:
                 return
-            threading.Thread(target=self._handle, args=(client,), daemon=True).start()
+            threads.start(self._handle, args=(client,), name="pipguard-proxy-client")
 
     def _handle(self, client: socket.socket) -> None:
         client.settimeout(self._timeout)

@@ -185,6 +185,30 @@ def loopback_udp6():
 
 # --- launch backends ---------------------------------------------------------------------------
 
+@pytest.fixture(scope="module")
+def makepkg():
+    """The real makepkg (tests/test_pkgbuild.py, the VM backend's pkgbuild test)."""
+    from support.pkgbuilds import need_makepkg
+
+    need_makepkg()
+
+
+@pytest.fixture
+def pkgdir():
+    """``pkgdir(text, files=None)``: a PKGBUILD directory, removed afterwards."""
+    from support.pkgbuilds import make_pkgdir
+
+    made = []
+
+    def make(text, files=None):
+        made.append(make_pkgdir(text, files))
+        return made[-1]
+
+    yield make
+    for d in made:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 @pytest.fixture(params=pg.BACKEND_PARAMS)
 def backend(request):
     """Each launch backend (``pg.Backend``: plain, ns) in turn. To run only some cases of a

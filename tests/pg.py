@@ -79,9 +79,9 @@ class Backend:
 
     @property
     def install_args(self) -> List[str]:
-        """Options for ``pipguard install --sandbox``: plain is the default (none given, so
-        the plain parametrization is exactly the test as it was)."""
-        return ["--isolation", "ns"] if self.ns else []
+        """Options for ``pipguard install --sandbox`` that insist on this backend (the default,
+        ``auto``, chooses ns where it works: the plain parametrization names ``os``)."""
+        return ["--isolation", self.isolation]
 
 
 PLAIN = Backend("plain")

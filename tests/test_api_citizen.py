@@ -225,6 +225,8 @@ CALLER = textwrap.dedent("""\
     from pipguard import sandbox
     from pipguard.policy import Policy
     mode, marker = sys.argv[1], sys.argv[2]
+    # whatever started the tests: a background job of a non-interactive shell ignores SIGINT
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     mine = __import__("subprocess").Popen(["sh", "-c", "sleep 1; exit 7"])
     if mode == "interrupt":
         threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
@@ -288,3 +290,49 @@ def test_interrupt_as_nobody(nobody_work):
     first, second = _caller(work, home, "interrupt", nobody=True)
     assert first["error"].startswith("interrupted") and first["mine"] == 7
     assert second == {"raised": True}
+
+
+def test_pipguards_threads_never_take_the_callers_signals(work, fake_home, monkeypatch):
+    """A Ctrl-C sent to the process must reach the main thread (asleep in the supervisor's
+    epoll): the kernel may hand it to any thread that does not block it, and one that landed
+    on the decoy watch or the proxy went unnoticed until the sandbox ended by itself (found
+    as a hang of test_ctrl_c_in_a_library_caller under ns). Every thread pipguard starts
+    during a run (decoy watch under ns, the filtering proxy with an allowed host) blocks them."""
+    import signal
+    import threading
+
+    from pipguard.policy import HostPort
+    from pipguard.sandbox import run
+    from pipguard.threads import CALLER_SIGNALS
+
+    for name, value in fake_home.env().items():
+        monkeypatch.setenv(name, value)
+    seen = {}
+    stop = threading.Event()
+
+    def sample():
+        while not stop.is_set():
+            for t in threading.enumerate():
+                if (t.name or "").startswith("pipguard-") and t.native_id:
+                    try:
+                        with open(f"/proc/self/task/{t.native_id}/status") as fh:
+                            mask = next(int(line.split()[1], 16) for line in fh if line.startswith("SigBlk:"))
+                    except (OSError, StopIteration):
+                        continue
+                    seen[t.name] = {s for s in CALLER_SIGNALS if mask & (1 << (s - 1))}
+            stop.wait(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        report = run(["sh", "-c", "sleep 1"], Policy(allow_hosts=(HostPort("127.0.0.1", 9),)), cwd=str(work))
+    finally:
+        stop.set()
+        sampler.join()
+    assert report.exit_code == 0, report.error
+    assert "pipguard-proxy" in seen, seen
+    if "ns" in report.isolation.applied:
+        assert "pipguard-decoys" in seen, seen
+    for name, blocked in seen.items():
+        assert {signal.SIGINT, signal.SIGTERM} <= blocked, (name, blocked)
+    assert not signal.pthread_sigmask(signal.SIG_BLOCK, set()) & {signal.SIGINT, signal.SIGTERM}

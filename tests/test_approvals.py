@@ -27,7 +27,10 @@ except ImportError:  # Python < 3.11
 
 # A build that creates a POSIX semaphore (multiprocessing.Lock; joblib does the same at import):
 # on the plain backend /dev/shm is not writable, the build copes as joblib does (serial mode),
-# and the refused create is reported as write-outside-roots /dev/shm/sem.<random>.
+# and the refused create is reported as write-outside-roots /dev/shm/sem.<random>. Under the
+# namespace backend (auto's choice where it works) /dev/shm is the run's own tmpfs and nothing
+# is refused, so these tests name the plain backend (PLAIN_BACKEND); approvals do not depend on it.
+PLAIN_BACKEND = ("--isolation", "os")
 SEMAPHORE_SETUP = """\
 import multiprocessing
 try:
@@ -73,7 +76,7 @@ def test_approved_attempt_passes_changed_artifact_refuses(tmp_path, fake_home, r
     before = listing(target)
     shm_before = set(os.listdir("/dev/shm"))
 
-    proc, report = pg_install(["semabuild"], home=fake_home, target=target, route=route, cwd=work)
+    proc, report = pg_install([*PLAIN_BACKEND, "semabuild"], home=fake_home, target=target, route=route, cwd=work)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert listing(target) == before
     (pkg,) = [p for p in report["packages"] if p["name"] == "semabuild"]
@@ -99,7 +102,7 @@ def test_approved_attempt_passes_changed_artifact_refuses(tmp_path, fake_home, r
     again = approve(work, work / "install-report.json")  # already approved: nothing new
     assert again.returncode == 0 and "nothing to approve" in again.stderr, again.stdout + again.stderr
 
-    proc, report = pg_install(["semabuild"], home=fake_home, target=target, route=route, cwd=work)
+    proc, report = pg_install([*PLAIN_BACKEND, "semabuild"], home=fake_home, target=target, route=route, cwd=work)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert site_import(target, "semabuild").returncode == 0
     (pkg,) = [p for p in report["packages"] if p["name"] == "semabuild"]
@@ -122,7 +125,7 @@ def test_approved_attempt_passes_changed_artifact_refuses(tmp_path, fake_home, r
                           salt="changed")
     assert sha256_of(changed) != entry["sha256"]
     before = listing(target2)
-    proc, report = pg_install(["--no-cache-dir", "semabuild"], home=fake_home, target=target2, route=route,
+    proc, report = pg_install([*PLAIN_BACKEND, "--no-cache-dir", "semabuild"], home=fake_home, target=target2, route=route,
                               cwd=work)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert listing(target2) == before
@@ -148,7 +151,7 @@ def test_approval_of_another_rule_does_not_cover(tmp_path, fake_home, links, tar
         target = "/dev/shm/sem.*"
         """))
     before = listing(target)
-    proc, report = pg_install(["semasteal"], home=fake_home, target=target, route=links, cwd=work)
+    proc, report = pg_install([*PLAIN_BACKEND, "semasteal"], home=fake_home, target=target, route=links, cwd=work)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert listing(target) == before
     counting = [e for e in report["events"] if e["action"] == "blocked" and e.get("severity") != "info"

@@ -100,12 +100,14 @@ def test_meson_python_sdist_installs_clean_with_a_home_toolchain_on_path(
     tried to cache it: ``write-outside-roots``); mesonpy has no prepare-metadata hook, so
     pyproject-hooks builds the wheel there and build_wheel copies it from the metadata's
     parent (``foreign-read``); meson's CMake search lists ``~/.cargo`` for a ``~/.cargo/bin``
-    on PATH (``home-read``). meson also looks up ``~/.netrc`` (information)."""
+    on PATH (``home-read``). meson also looks up ``~/.netrc`` (information). The native reads
+    are the plain backend's evidence (read observation on): this runs it (``--isolation os``);
+    under ns they are not observed, so they cannot raise these alarms there."""
     src = meson_project(tmp_path / "src", "pgmesonhello")
     sdist(src, tmp_path / "dist", "pgmesonhello", "0.1.0")
     bindir = toolchain_in(fake_home.path)
     path = f"{bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}"
-    proc, report = pg_install(["pgmesonhello"], home=fake_home, target=any_pip_target, route=index,
+    proc, report = pg_install(["--isolation", "os", "pgmesonhello"], home=fake_home, target=any_pip_target, route=index,
                               cwd=tmp_path, extra_env=dict(BYTECODE_ON, PATH=path))
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert report["verdict"] == "clean" and not findings(report), findings(report)
@@ -132,7 +134,7 @@ def test_meson_build_reading_a_key_still_refuses(tmp_path, fake_home, target, in
                               cwd=tmp_path, extra_env=dict(BYTECODE_ON, PATH=path))
     assert proc.returncode == 1, proc.stderr[-4000:]
     assert report["verdict"] == "blocked"
-    assert any(rule == "secret-read" and target.endswith("/.ssh/id_rsa")
+    assert any(rule in ("secret-read", "decoy-read") and target.endswith("/.ssh/id_rsa")  # decoy: ns
                for rule, target in findings(report)), findings(report)
     assert not list((target / "lib").glob("python*/site-packages/pgmesonsteal*"))
     for marker in fake_home.markers.values():

@@ -145,12 +145,84 @@ def test_native_decoy_read_is_reported_without_read_observation(who, request, wo
     assert r.report["supervision"].get("answered_natively", 0) < 50  # opens are not notified
 
 
+def test_every_credential_location_of_the_rule_table_is_a_decoy():
+    """The one rule table decides what a credential is; the real homes' decoys follow it:
+    each location has a decoy file at it or below it (a directory's first file)."""
+    from pipguard import rules
+    from pipguard.backends import ns
+
+    for rel in rules.CREDENTIAL_PATHS:
+        assert any(d == rel or d.startswith(rel + "/") for d in ns.DECOYS), rel
+    assert set(ns.DECOY_DIRECTORIES) <= set(rules.CREDENTIAL_PATHS)
+    for rel in ns.HOME_DECOYS:  # the run's own $HOME: nothing a build tool looks up by itself
+        assert not any(rel == c or rel.startswith(c + "/") for c in rules.CONFIG_LOOKUPS), rel
+
+
+def test_native_reads_of_any_credential_location_are_reported_under_auto(work, fake_home):
+    """The loud native stealer under the default isolation (ns here, read observation off):
+    a file (~/.netrc), a directory's key (~/.gnupg/...), a listing (~/.mozilla) and a history
+    file, at the real home's path: each a decoy-read finding, no real marker anywhere."""
+    home = fake_home.path
+    targets = [f"{home}/.netrc", f"{home}/.gnupg/private-keys-v1.d/pipguard.key", f"{home}/.bash_history"]
+    r = pg.cli(["run", "--", "sh", "-c", f"cat {' '.join(targets)}; ls -a {home}/.mozilla"],
+               cwd=work, env=fake_home.env())
+    assert "ns" in r.report["isolation"]["applied"], r.report["isolation"]
+    assert not fake_home.leaked(r.stdout.encode()), r.stdout
+    read = {e["target"] for e in r.blocked(kind="file-read", rule="decoy-read")}
+    assert read >= {*targets, f"{home}/.mozilla"}, r.report["events"]
+    assert r.report["verdict"] == "blocked"
+
+
+def test_a_split_directory_is_bound_whole_with_what_it_left_out_masked(tmp_path):
+    """/etc, granted entry by entry around its secrets, was ~150 bind mounts per run: a
+    directory split that finely is bound whole, and every entry left out is masked (an empty
+    file, an empty directory); grants below a masked directory are bound on top of it."""
+    from pipguard.backends import ns
+
+    d = tmp_path / "etc"
+    d.mkdir()
+    for i in range(ns.COLLAPSE_AT + 3):
+        (d / f"conf{i}").write_text("ok")
+    (d / "shadow").write_text("SECRET")
+    (d / "ssl").mkdir()
+    (d / "ssl" / "private").mkdir()
+    (d / "ssl" / "certs").mkdir()
+    (d / "link").symlink_to("conf0")  # granted by name: a symlink granted is no obstacle
+    grants = [str(d / f"conf{i}") for i in range(ns.COLLAPSE_AT + 3)] + [str(d / "ssl" / "certs"), str(d / "link")]
+    spec = ns.spec_for(grants, [], [], [], False)
+    kinds = {m.path: m.kind for m in spec.mounts}
+    assert kinds[str(d)] == "ro" and kinds[str(d / "shadow")] == "mask" and kinds[str(d / "ssl")] == "mask"
+    assert kinds[str(d / "ssl" / "certs")] == "ro"
+    assert not [p for p in kinds if p.startswith(str(d / "conf"))]  # no bind per entry
+    # a left-out symlink cannot be covered by a mount: the directory stays split then
+    (d / "other").symlink_to("shadow")
+    kinds = {m.path: m.kind for m in ns.spec_for(grants, [], [], [], False).mounts}
+    assert str(d) not in kinds and kinds[str(d / "conf0")] == "ro"
+
+
+def test_etcs_secrets_are_not_in_the_namespace(work, fake_home):
+    """The real /etc under ns: its secrets (rules.ETC_SECRETS that exist here) show no byte of
+    what they hold, readable or not; what the plan grants reads as on the host."""
+    from pipguard import rules
+
+    secrets = [p for p in rules.ETC_SECRETS if os.path.isfile(p) and os.path.getsize(p)]
+    if not secrets:
+        pytest.skip("no non-empty /etc secret on this host")
+    r = pg.cli(["run", "--isolation", "ns", "--", "sh", "-c",
+                "for f in \"$@\"; do printf '%s ' \"$(cat \"$f\" 2>/dev/null | wc -c)\"; done; "
+                "wc -c < /etc/passwd", "sh", *secrets], cwd=work, env=fake_home.env())
+    sizes = r.stdout.split()
+    assert sizes[:-1] == ["0"] * len(secrets), (secrets, r.stdout)
+    assert int(sizes[-1]) == os.path.getsize("/etc/passwd")
+    assert r.returncode == 0, r.stderr
+
+
 def test_probe_says_ns_works_here():
     from pipguard.backends import ns
 
     probe = ns.probe(refresh=True)
     assert probe.available, probe.to_json()
-    assert {p.name for p in probe.parts} >= {"user", "uid_map", "mount", "pid", "net"}
+    assert {p.name for p in probe.parts} >= {"user", "uid_map", "mount", "pid", "net", "idmap"}
 
 
 DENY_USERNS = textwrap.dedent("""
@@ -181,7 +253,35 @@ def test_fallback_when_user_namespaces_are_denied(work, fake_home):
     doctor = pg("doctor", "--format", "json")
     checks = {c["name"]: c for c in json.loads(doctor.stdout)["checks"]}
     assert checks["ns.user"]["status"] == "missing" and "seccomp" in checks["ns.user"]["detail"]
-    assert pg("run", "--", "true").returncode == 0  # auto does not need namespaces
+    # auto falls back to the plain backend and says why, in the report
+    report = work / "auto.json"
+    r = pg("run", "--report", str(report), "--", "true")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    data = json.loads(report.read_text())
+    assert "ns" not in data["isolation"]["applied"], data["isolation"]
+    ns_state = data["isolation"]["protections"]["ns"]
+    assert ns_state["state"] == "unavailable" and "seccomp" in ns_state["reason"], ns_state
+
+
+def test_auto_chooses_ns_where_it_works(work, fake_home):
+    """Where the namespace backend works, the default isolation runs in it: its own pid
+    namespace, only lo, decoys at the home's path, read observation off (the decoys report)."""
+    report = work / "auto.json"
+    r = subprocess.run([sys.executable, "-m", "pipguard", "run", "--report", str(report), "--", "sh", "-c",
+                        "grep -c : /proc/net/dev; grep -o lo: /proc/net/dev; ls /proc | grep -c '^[0-9]'; "
+                        "head -c 64 \"$1\"/.ssh/id_rsa",
+                        "sh", str(fake_home.path)], cwd=work, env=fake_home.env(), capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    data = json.loads(report.read_text())
+    assert data["isolation"]["requested"] == "auto" and "ns" in data["isolation"]["applied"]
+    assert data["isolation"]["protections"]["ns"]["state"] == "active"
+    lines = r.stdout.splitlines()
+    assert lines[:2] == ["1", "lo:"], r.stdout  # one interface, lo: its own net namespace
+    assert int(lines[2]) < 8, r.stdout  # its own pid namespace: pid 1, sh and its commands
+    assert "pipguard-decoy" in r.stdout and not fake_home.leaked(r.stdout.encode()), r.stdout
+    assert any(e["rule"] == "decoy-read" for e in data["events"]), data["events"]
+    assert data["supervision"].get("answered_natively", 0) < 20, data["supervision"]  # opens not observed
 
 
 # ------------------------------------------------------------ issue 14, install under ns

@@ -16,64 +16,18 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import tempfile
 import threading
-from pathlib import Path
 
 import pytest
 
 import support
 from pipguard.pkgbuild import srcinfo
+from support.pkgbuilds import review
 
 PY = sys.executable
 HELLO_C = '#include <stdio.h>\nint main(void) { puts("hello from pkgbuild"); return 0; }\n'
 
 
-@pytest.fixture(scope="module")
-def makepkg():
-    if not all(shutil.which(tool) for tool in ("makepkg", "bsdtar", "fakeroot", "gcc")):
-        message = "makepkg not installed (apt-get install pacman-package-manager libarchive-tools fakeroot gcc)"
-        if support.strict():
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
-    support.need("landlock")
-    support.need("seccomp")
-
-
-def _pkgdir(text: str, files=None) -> Path:
-    """A 0o755 dir (outside pytest's 0o700 basetemp) with a PKGBUILD and ``files``."""
-    d = Path(tempfile.mkdtemp(prefix="pipguard-pkgbuild-test-"))
-    os.chmod(d, 0o755)
-    (d / "PKGBUILD").write_text(text)
-    for name, content in (files or {}).items():
-        (d / name).write_text(content)
-    return d
-
-
-@pytest.fixture
-def pkgdir():
-    made = []
-
-    def make(text, files=None):
-        made.append(_pkgdir(text, files))
-        return made[-1]
-
-    yield make
-    for d in made:
-        shutil.rmtree(d, ignore_errors=True)
-
-
-def review(directory, *args, env, timeout=300):
-    """Run ``pipguard pkgbuild`` and return (exit status, report, stderr)."""
-    report = Path(tempfile.mkdtemp(prefix="pipguard-pkgbuild-report-")) / "r.json"
-    try:
-        proc = subprocess.run([PY, "-m", "pipguard", "pkgbuild", str(directory), "--report", str(report),
-                               *args], env=env, cwd="/", stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              universal_newlines=True, timeout=timeout)
-        data = json.loads(report.read_text()) if report.exists() else None
-    finally:
-        shutil.rmtree(report.parent, ignore_errors=True)
-    return proc.returncode, data, proc.stderr
 
 
 def _phase(data, name, step=""):

@@ -22,7 +22,7 @@ from pipguard.policy import Policy
 import support
 from support import gates, requires
 from support.env import clean_env
-from test_pkgbuild import makepkg, pkgdir, review  # noqa: F401 (fixtures, the CLI helper)
+from support.pkgbuilds import review
 
 _tools, _parts = vm.find_tools()
 _missing = "; ".join(f"{p.name}: {p.reason}" for p in _parts if p.reason)
@@ -310,7 +310,7 @@ package() {
 @pytest.mark.skipif(os.environ.get("PIPGUARD_TEST_SLOW_VM") != "1",
                     reason="makepkg under TCG takes 8-15 min on this 2-vCPU host (3 boots); "
                            "run with PIPGUARD_TEST_SLOW_VM=1 (CI keeps its VM tests few and fast)")
-def test_pkgbuild_runs_every_phase_in_a_guest(makepkg, pkgdir, fake_home):  # noqa: F811 (fixtures)
+def test_pkgbuild_runs_every_phase_in_a_guest(makepkg, pkgdir, fake_home):
     """pkgbuild --isolation vm: the real makepkg of each phase in a guest of its own (no sources,
     no .install: three boots), as the build user, and each phase's guest report came back. What
     the package holds was written by makepkg in the guest: the guest kernel's release (not the

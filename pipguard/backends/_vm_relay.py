@@ -33,6 +33,8 @@ import struct
 import threading
 from typing import Callable, Dict, Optional
 
+from pipguard import threads
+
 HEADER = struct.Struct(">II")
 MAX_FRAME = 1 << 16
 MAX_CONNECTIONS = 64
@@ -62,8 +64,7 @@ class _Streams:
         with self._lock:
             self._sockets[conn_id] = sock
             self._ended[conn_id] = 0
-        threading.Thread(target=self._pump, args=(conn_id, sock), daemon=True,
-                         name=f"pipguard-vm-relay-{conn_id}").start()
+        threads.start(self._pump, args=(conn_id, sock), name=f"pipguard-vm-relay-{conn_id}")
 
     def _end_side(self, conn_id: int) -> None:
         with self._lock:
@@ -174,14 +175,14 @@ class HostRelay(_Streams):
         self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._server.bind(path)
         self._server.listen(1)
-        self._thread = threading.Thread(target=self._serve, daemon=True, name="pipguard-vm-relay")
+        self._thread = threads.start(self._serve, name="pipguard-vm-relay", begin=False)
 
     def _write(self, data: bytes) -> None:
         assert self._conn is not None  # frames go out only after a frame came in
         self._conn.sendall(data)
 
     def start(self) -> "HostRelay":
-        self._thread.start()
+        threads.begin_thread(self._thread)
         return self
 
     def _serve(self) -> None:
@@ -252,9 +253,9 @@ class GuestRelay(_Streams):
             view = view[os.write(self._fd, view):]
 
     def __enter__(self) -> "GuestRelay":
-        threading.Thread(target=self._accept, daemon=True, name="pipguard-vm-relay-accept").start()
-        threading.Thread(target=self._read_frames, args=(_reader(lambda n: os.read(self._fd, n)), None),
-                         daemon=True, name="pipguard-vm-relay-port").start()
+        threads.start(self._accept, name="pipguard-vm-relay-accept")
+        threads.start(self._read_frames, args=(_reader(lambda n: os.read(self._fd, n)), None),
+                      name="pipguard-vm-relay-port")
         return self
 
     def _accept(self) -> None:

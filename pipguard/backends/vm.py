@@ -665,7 +665,8 @@ def _run_planned(plan, policy, tools: Tools, accel: str, source_env: Mapping[str
         with open(os.path.join(guest_dir, "prelude.sh"), "w", encoding="utf-8") as fh:
             fh.write(prelude + "\n")
     kept, _removed = scrub_env(source_env, policy.keep_env)
-    inner = dict(policy.to_json(), isolation="auto", timeout=None, vm_accel="kvm")
+    # the guest is the boundary: inside it, the plain layers on the guest's own filesystem
+    inner = dict(policy.to_json(), isolation="auto", prefer_ns=False, timeout=None, vm_accel="kvm")
     with open(os.path.join(guest_dir, "config.json"), "w", encoding="utf-8") as fh:
         json.dump({"argv": list(plan.argv), "cwd": plan.cwd, "env": kept, "policy": inner,
                    "uid": os.getuid(), "gid": os.getgid(),

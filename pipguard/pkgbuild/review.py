@@ -109,8 +109,9 @@ class Reviewer:
         # unless it writes them (on the host they exist anyway; in a VM only what is shared does)
         settings = [d for d in (self.layout.sources, self.layout.out) if d not in write]
         read = [*read, *settings]
+        # prefer_ns=False: PKGBUILD review does not offer the namespace backend yet (docs/sandbox.md)
         policy = Policy(isolation=self.isolation, vm_accel=self.vm_accel, allow_hosts=tuple(hosts),
-                        timeout=self.timeout,
+                        timeout=self.timeout, prefer_ns=False,
                         allow_read=tuple(dict.fromkeys(read)), allow_write=tuple(dict.fromkeys(write)),
                         keep_env=MAKEPKG_DIRS, writable_cwd=writable_cwd)
         env = dict(self.env, **self.layout.makepkg_env(builddir or self.layout.build))
