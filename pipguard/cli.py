@@ -9,6 +9,9 @@ are parsed here without importing click (~10 ms: click imports inspect, uuid,
 datetime, gettext). Anything else, including every malformed command line, goes
 to the click application below, which parses it and reports errors as always;
 the fast path only ever accepts what click would accept, with the same values.
+``run``'s options are declared once (:data:`RUN_OPTIONS`): the click command is
+built from that table and the fast path reads it, so they cannot drift apart
+(tests/test_cli_fastpath.py checks every pairing of options against click).
 The click objects (``cli``, ``run``, ``install``, ``sandbox``, ``doctor``) are
 built on first access.
 """
@@ -379,57 +382,7 @@ def _click_app():
         Observed clean is evidence from one execution, not proof of safety.
         """
 
-    @cli.command(context_settings={"ignore_unknown_options": False})
-    @click.option("--isolation", type=click.Choice(list(_RUN_ISOLATION_CHOICES)), default="auto",
-                  show_default=True,
-                  help="auto: every layer this kernel has (gaps recorded), inside namespaces of "
-                       "its own where user namespaces work (else on the host's filesystem, the "
-                       "reason recorded); os: on the host's filesystem, fail unless the whole OS "
-                       "layer applies; ns: insist on the namespaces (a new root from the grants, "
-                       "decoy credentials at the homes, loopback only; read observation off by "
-                       "default); audit: Python audit hooks only; vm: in a QEMU guest running "
-                       "those layers (needs working KVM, or --vm-accel tcg).")
-    @click.option("--vm-accel", type=click.Choice(["kvm", "tcg"]), default="kvm", show_default=True,
-                  help="Under --isolation vm: kvm (exit 2 if KVM does not work here) or tcg "
-                       "(software emulation: slow, for review).")
-    @click.option("--allow-network", is_flag=True, help="Lift the network ban (destinations are still recorded).")
-    @click.option("--allow-host", "allow_hosts", multiple=True, metavar="HOST[:PORT]",
-                  help="Allow only this destination (repeatable).")
-    @click.option("--allow-write", multiple=True, metavar="PATH",
-                  help="Extra writable directory (repeatable); the working directory is writable.")
-    @click.option("--allow-read", multiple=True, metavar="PATH",
-                  help="Extra readable path, e.g. inside a home directory (repeatable).")
-    @click.option("--deny-subprocess", is_flag=True, help="Veto every process creation.")
-    @click.option("--keep-env", multiple=True, metavar="NAME",
-                  help="Pass this environment variable through unchanged (repeatable).")
-    @click.option("--no-observe-reads", is_flag=True,
-                  help="Do not observe native file reads (cheaper; Landlock still blocks them, "
-                       "but native attempts are then not reported).")
-    @click.option("--observe-reads", is_flag=True,
-                  help="Observe native file reads also under --isolation ns (where the decoys "
-                       "report credential reads and observation is off by default).")
-    @click.option("--timeout", type=float, callback=_positive_float, metavar="SECONDS",
-                  help="Kill the whole sandbox after this many seconds (exit 124).")
-    @click.option("--report", "report_path", metavar="FILE", help="Write the JSON report here (atomically).")
-    @click.option("--format", "fmt", type=_FORMAT, default="table", show_default=True,
-                  help="table: summary on stderr; json/sarif/markdown: the report on stdout.")
-    @click.option("--record-build-dir", is_flag=True, help="Also hash files written in the working directory.")
-    @click.option("--limit-memory", metavar="SIZE", help="Memory of the whole run (e.g. 4G; default: 3/4 of RAM).")
-    @click.option("--limit-processes", metavar="N", help="Live processes at once (default 2048).")
-    @click.option("--limit-cpu", metavar="SECONDS", help="CPU time (default 14400).")
-    @click.option("--limit-write", metavar="SIZE", help="Largest file the run may write (default 16G).")
-    @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-    def run(isolation, vm_accel, allow_network, allow_hosts, allow_write, allow_read, deny_subprocess,
-            keep_env, no_observe_reads, observe_reads, timeout, report_path, fmt, record_build_dir, command,
-            limit_memory, limit_processes, limit_cpu, limit_write) -> None:
-        """Run COMMAND in the sandbox: pipguard run [OPTIONS] -- CMD [ARG...]
-
-        Exits with the command's status (128+N if killed by signal N, 124 on
-        timeout); 2 if pipguard could not run it. Stdio passes through untouched.
-        """
-        _run(isolation, allow_network, allow_hosts, allow_write, allow_read, deny_subprocess,
-             keep_env, no_observe_reads, timeout, report_path, fmt, record_build_dir, command,
-             limit_memory, limit_processes, limit_cpu, limit_write, vm_accel, observe_reads)
+    run = _run_command(click, cli)
 
     def _install_options(f):
         """pipguard's own options of install and sandbox; every other argument is pip's."""
@@ -596,17 +549,105 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+# -- pipguard run's options, once ---------------------------------------------
+
+class _Option:
+    """One option of ``pipguard run``: the click command is built from these,
+    and the fast path below reads the same ones (so they cannot drift apart).
+    ``kind``: "flag", "value" or "multiple"; ``choices``: the values the fast
+    path accepts itself (click accepts ``click_choices``, default the same)."""
+
+    __slots__ = ("name", "dest", "kind", "help", "metavar", "default", "choices", "click_choices", "fast")
+
+    def __init__(self, name, dest, kind, help, *, metavar=None, default=None, choices=None,
+                 click_choices=None, fast=True):
+        self.name, self.dest, self.kind, self.help, self.metavar = name, dest, kind, help, metavar
+        self.default = default if default is not None else (False if kind == "flag" else
+                                                             () if kind == "multiple" else None)
+        self.choices = tuple(choices) if choices is not None else None
+        self.click_choices = tuple(click_choices) if click_choices is not None else self.choices
+        self.fast = fast  # False: the fast path leaves a command line with it to click
+
+
+RUN_OPTIONS = (
+    _Option("--isolation", "isolation", "value", default="auto", choices=_ISOLATION_CHOICES,
+            click_choices=_RUN_ISOLATION_CHOICES,
+            help="auto: every layer this kernel has (gaps recorded), inside namespaces of "
+                 "its own where user namespaces work (else on the host's filesystem, the "
+                 "reason recorded); os: on the host's filesystem, fail unless the whole OS "
+                 "layer applies; ns: insist on the namespaces (a new root from the grants, "
+                 "decoy credentials at the homes, loopback only; read observation off by "
+                 "default); audit: Python audit hooks only; vm: in a QEMU guest running "
+                 "those layers (needs working KVM, or --vm-accel tcg)."),
+    _Option("--vm-accel", "vm_accel", "value", default="kvm", choices=("kvm", "tcg"), fast=False,
+            help="Under --isolation vm: kvm (exit 2 if KVM does not work here) or tcg "
+                 "(software emulation: slow, for review)."),
+    _Option("--allow-network", "allow_network", "flag",
+            help="Lift the network ban (destinations are still recorded)."),
+    _Option("--allow-host", "allow_hosts", "multiple", metavar="HOST[:PORT]",
+            help="Allow only this destination (repeatable)."),
+    _Option("--allow-write", "allow_write", "multiple", metavar="PATH",
+            help="Extra writable directory (repeatable); the working directory is writable."),
+    _Option("--allow-read", "allow_read", "multiple", metavar="PATH",
+            help="Extra readable path, e.g. inside a home directory (repeatable)."),
+    _Option("--deny-subprocess", "deny_subprocess", "flag", help="Veto every process creation."),
+    _Option("--keep-env", "keep_env", "multiple", metavar="NAME",
+            help="Pass this environment variable through unchanged (repeatable)."),
+    _Option("--no-observe-reads", "no_observe_reads", "flag",
+            help="Do not observe native file reads (cheaper; Landlock still blocks them, "
+                 "but native attempts are then not reported)."),
+    _Option("--observe-reads", "observe_reads", "flag",
+            help="Observe native file reads also under the namespace backend (where the decoys "
+                 "report credential reads and observation is off by default)."),
+    _Option("--timeout", "timeout", "value", metavar="SECONDS",
+            help="Kill the whole sandbox after this many seconds (exit 124)."),
+    _Option("--report", "report_path", "value", metavar="FILE", help="Write the JSON report here (atomically)."),
+    _Option("--format", "fmt", "value", default="table", choices=render.FORMATS,
+            help="table: summary on stderr; json/sarif/markdown: the report on stdout."),
+    _Option("--record-build-dir", "record_build_dir", "flag", help="Also hash files written in the working directory."),
+    _Option("--limit-memory", "limit_memory", "value", metavar="SIZE",
+            help="Memory of the whole run (e.g. 4G; default: 3/4 of RAM)."),
+    _Option("--limit-processes", "limit_processes", "value", metavar="N", help="Live processes at once (default 2048)."),
+    _Option("--limit-cpu", "limit_cpu", "value", metavar="SECONDS", help="CPU time (default 14400)."),
+    _Option("--limit-write", "limit_write", "value", metavar="SIZE",
+            help="Largest file the run may write (default 16G)."),
+)
+
+
+def _run_command(click, cli) -> Any:
+    """``pipguard run``, as a click command built from :data:`RUN_OPTIONS`."""
+
+    def run(command, **params) -> None:
+        """Run COMMAND in the sandbox: pipguard run [OPTIONS] -- CMD [ARG...]
+
+        Exits with the command's status (128+N if killed by signal N, 124 on
+        timeout); 2 if pipguard could not run it. Stdio passes through untouched.
+        """
+        _run(command=command, **params)
+
+    decorated = click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)(run)
+    for opt in reversed(RUN_OPTIONS):
+        kw: Dict[str, Any] = {"help": opt.help}
+        if opt.kind == "flag":
+            kw["is_flag"] = True
+        elif opt.kind == "multiple":
+            kw.update(multiple=True, metavar=opt.metavar)
+        else:
+            if opt.metavar:
+                kw["metavar"] = opt.metavar
+            if opt.click_choices is not None:
+                kw["type"] = click.Choice(list(opt.click_choices))
+            if opt.default is not None:
+                kw.update(default=opt.default, show_default=True)
+            if opt.dest == "timeout":
+                kw.update(type=float, callback=_positive_float)
+        decorated = click.option(opt.name, opt.dest, **kw)(decorated)
+    return cli.command(name="run", context_settings={"ignore_unknown_options": False})(decorated)
+
+
 # -- the fast path ------------------------------------------------------------
 
-_RUN_FLAGS = {"--allow-network": "allow_network", "--deny-subprocess": "deny_subprocess",
-              "--no-observe-reads": "no_observe_reads", "--observe-reads": "observe_reads",
-              "--record-build-dir": "record_build_dir"}
-_RUN_VALUES = {"--isolation": "isolation", "--timeout": "timeout", "--report": "report_path",
-               "--format": "fmt", "--limit-memory": "limit_memory",
-               "--limit-processes": "limit_processes", "--limit-cpu": "limit_cpu",
-               "--limit-write": "limit_write"}
-_RUN_MULTIPLE = {"--allow-host": "allow_hosts", "--allow-write": "allow_write",
-                 "--allow-read": "allow_read", "--keep-env": "keep_env"}
+_FAST = {o.name: o for o in RUN_OPTIONS if o.fast}
 
 
 def _fast_run_params(args: List[str]) -> Optional[Dict[str, Any]]:
@@ -615,40 +656,33 @@ def _fast_run_params(args: List[str]) -> Optional[Dict[str, Any]]:
     for anything else (click parses it then, and reports any error)."""
     if len(args) < 3 or args[0] != "run" or "--" not in args:
         return None
-    params: Dict[str, Any] = {
-        "isolation": "auto", "allow_network": False, "allow_hosts": (), "allow_write": (),
-        "allow_read": (), "deny_subprocess": False, "keep_env": (), "no_observe_reads": False,
-        "observe_reads": False,
-        "timeout": None, "report_path": None, "fmt": "table", "record_build_dir": False,
-        "limit_memory": None, "limit_processes": None, "limit_cpu": None, "limit_write": None,
-        "vm_accel": "kvm",  # --vm-accel itself is left to click
-    }
+    params: Dict[str, Any] = {o.dest: o.default for o in RUN_OPTIONS}
     given = set()
     i = 1
     while args[i] != "--":  # a "--" is ahead: never past the end
         name, eq, value = args[i].partition("=")
         i += 1
-        if name in _RUN_FLAGS and not eq:
-            params[_RUN_FLAGS[name]] = True
-            continue
-        if name not in _RUN_VALUES and name not in _RUN_MULTIPLE:
+        opt = _FAST.get(name)
+        if opt is None:
             return None  # -h, a short or unknown option, an argument before "--"...
+        if opt.kind == "flag":
+            if eq:
+                return None
+            params[opt.dest] = True
+            continue
         if not eq:
             value = args[i]
             i += 1
         if not value or value.startswith("-"):
             return None  # click's reading of these is click's business
-        if name in _RUN_MULTIPLE:
-            key = _RUN_MULTIPLE[name]
+        key = opt.dest
+        if opt.kind == "multiple":
             params[key] = params[key] + (value,)
             continue
-        key = _RUN_VALUES[name]
         if key in given:
             return None
         given.add(key)
-        if key == "isolation" and value not in _ISOLATION_CHOICES:
-            return None
-        if key == "fmt" and value not in render.FORMATS:
+        if opt.choices is not None and value not in opt.choices:
             return None
         if key == "timeout":
             try:
