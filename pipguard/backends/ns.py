@@ -243,10 +243,14 @@ class NamespaceSpec:
         return tuple(m.path for m in self.mounts if m.kind == "decoys")
 
 
-def _below_any(path: str, roots: Set[str]) -> bool:
-    """Whether a proper ancestor of ``path`` is in ``roots``."""
+def _covered(path: str, roots: Set[str], masks: Set[str]) -> bool:
+    """Whether a bind of a proper ancestor of ``path`` (in ``roots``) brings
+    it along: the nearest such ancestor is below every masked one (a mask
+    hides what lies under it, so a grant there needs a bind of its own)."""
     parent = os.path.dirname(path)
     while parent and parent != path:
+        if parent in masks:
+            return False
         if parent in roots:
             return True
         path, parent = parent, os.path.dirname(parent)
@@ -292,6 +296,7 @@ def spec_for(read_paths: Sequence[str], write_paths: Sequence[str], device_paths
         real = os.path.realpath(path)
         if real not in writes and not _under(real, ["/proc", "/dev"]):
             writes.append(real)
+    read_paths, masks = _collapse_splits([os.path.normpath(p) for p in read_paths if p])
     reads: List[str] = []
     for path in read_paths:
         if not os.path.lexists(path):
@@ -308,8 +313,7 @@ def spec_for(read_paths: Sequence[str], write_paths: Sequence[str], device_paths
     # one bind per tree: a path below another read path comes with it (each path's
     # ancestors looked up in a set: the pairwise test was ~250,000 comparisons, 100 ms a plan)
     roots = set(reads)
-    reads = [r for r in dict.fromkeys(reads) if not _below_any(r, roots)]
-    reads, masks = _collapse_splits(reads, {os.path.normpath(p) for p in read_paths if p})
+    reads = [r for r in dict.fromkeys(reads) if not _covered(r, roots, set(masks))]
     for link, text in links.items():
         if not _under(link, ["/proc", "/dev"]):
             mounts.append(Mount("symlink", link, text))
@@ -343,31 +347,34 @@ def spec_for(read_paths: Sequence[str], write_paths: Sequence[str], device_paths
 COLLAPSE_AT = 32
 
 
-def _collapse_splits(reads: List[str], granted_paths: Set[str]) -> Tuple[List[str], List[str]]:
-    """(reads, masks): ``reads`` with each heavily split directory bound whole,
-    and the entries of it to mask: those not in ``granted_paths`` (the plan's
-    grants as named, a granted symlink included). A directory whose left-out
-    entries include a symlink or anything but files and directories is left
-    split (a mount cannot cover a symlink)."""
+def _collapse_splits(paths: List[str]) -> Tuple[List[str], List[str]]:
+    """(paths, masks): the granted ``paths`` (as the plan names them) with
+    each heavily split directory granted whole instead of its entries — a
+    granted entry that is a symlink stays too (its target is bound, as any
+    symlink's) — and that directory's entries to mask: those not granted. A
+    directory reached through a symlink, or whose left-out entries include a
+    symlink or anything but files and directories, stays split (a mount
+    cannot cover a symlink). Before the paths are resolved, so the ~150
+    entries of /etc cost one listing, not ~150 resolutions."""
     by_parent: Dict[str, List[str]] = {}
-    for r in reads:
-        by_parent.setdefault(os.path.dirname(r), []).append(r)
+    for p in paths:
+        by_parent.setdefault(os.path.dirname(p), []).append(p)
     masks: List[str] = []
+    out = list(paths)
     for parent, kids in by_parent.items():
-        if len(kids) < COLLAPSE_AT or parent in ("", "/"):
+        if len(kids) < COLLAPSE_AT or parent in ("", "/") or os.path.realpath(parent) != parent:
             continue
         try:
             names = os.listdir(parent)
         except OSError:
             continue
         granted = set(kids)
-        rest = [parent + "/" + n for n in names
-                if parent + "/" + n not in granted and parent + "/" + n not in granted_paths]
+        rest = [parent + "/" + n for n in names if parent + "/" + n not in granted]
         if any(os.path.islink(p) or not (os.path.isdir(p) or os.path.isfile(p)) for p in rest):
             continue
-        reads = [r for r in reads if r not in granted] + [parent]
+        out = [p for p in out if p not in granted or os.path.islink(p)] + [parent]
         masks += rest
-    return reads, masks
+    return out, masks
 
 
 def _owner_only(path: str) -> bool:
