@@ -109,7 +109,8 @@ class Reviewer:
         # unless it writes them (on the host they exist anyway; in a VM only what is shared does)
         settings = [d for d in (self.layout.sources, self.layout.out) if d not in write]
         read = [*read, *settings]
-        # prefer_ns=False: PKGBUILD review does not offer the namespace backend yet (docs/sandbox.md)
+        # prefer_ns=False: not the namespace backend yet: makepkg's [[ -w ]] on its settings dirs
+        # fails on a read-only bind (docs/sandbox.md, "Not done yet")
         policy = Policy(isolation=self.isolation, vm_accel=self.vm_accel, allow_hosts=tuple(hosts),
                         timeout=self.timeout, prefer_ns=False,
                         allow_read=tuple(dict.fromkeys(read)), allow_write=tuple(dict.fromkeys(write)),
