@@ -239,9 +239,10 @@ def test_full_disk_leaves_environment_unchanged(tmp_path, fake_home, links, targ
 def test_no_observe_reads_still_blocks_native_reads(tmp_path, fake_home, links, target,
                                                      loopback_tcp):
     route = links  # one route is enough: the behaviour is not about where pip finds files
-    """The documented trade-off of --no-observe-reads: the native helper's read of the key is
-    still refused (Landlock), but nobody reports it — the build looks clean and is installed."""
-    proc, report = pg_install(["--no-observe-reads", "--keep-env", "PIPGUARD_TEST_SINK", "native_helper"],
+    """The documented trade-off of --no-observe-reads on the plain backend: the native helper's
+    read of the key is still refused (Landlock), but nobody reports it — the build looks clean and
+    is installed. (Under ns the read gets a decoy and is reported: test_install_ns.py.)"""
+    proc, report = pg_install(["--isolation", "os", "--no-observe-reads", "--keep-env", "PIPGUARD_TEST_SINK", "native_helper"],
                               home=fake_home, target=target, route=route,
                               cwd=tmp_path,
                               extra_env={"PIPGUARD_TEST_SINK": f"127.0.0.1:{loopback_tcp.port}"})
