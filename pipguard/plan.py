@@ -419,7 +419,9 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
         "homes": list(homes),
         "sandbox_home": home_dir,
         "read": read_roots,
-        "write": write_roots,
+        # not the namespace's own /tmp and /dev/shm: for the hook's rules they are no grant (a
+        # Python look into pip's temp area, where the other builds live, stays a foreign-read)
+        "write": [r for r in write_roots if r not in namespace_tmpfs],
         "write_files": [fifo],
         "private": list(policy.private_roots),
         "prefixes": list(prefixes),
