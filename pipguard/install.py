@@ -166,7 +166,8 @@ class Installer:
             precompile_hook(self.python)  # the hook calls' Pythons are the target's version
             _warm_up()
             server.serve(proc.pid, {"hook": self._on_hook, "gate": self._on_gate,
-                                    "refuse": self._on_refuse, "source": self._on_source})
+                                    "refuse": self._on_refuse, "source": self._on_source},
+                         idle=self._idle)
             returncode = proc.wait()
         except KeyboardInterrupt:
             if proc is not None:
@@ -175,6 +176,9 @@ class Installer:
                                 "unless pip had already started installing the gated wheels)")
         finally:
             server.close()
+            from pipguard import launcher
+
+            launcher.discard_spare()
         return self._finish(returncode)
 
     def _finish(self, returncode: int) -> InstallResult:
@@ -226,6 +230,20 @@ class Installer:
                      for e in _counting(p))
 
     # ------------------------------------------------------------ handlers
+    def _idle(self) -> None:
+        """While pip works between two requests: fork the next hook call's
+        keeper and first process (pipguard.launcher.fork_spare), off the path
+        of that call -- only while another call may follow (none once the
+        install is refused or its wheels were gated), and not under ns (its
+        first process is set up differently) or the VM backend (a launcher of
+        its own)."""
+        if self.refusal or self.error or self.gated or self.options.binary_only \
+                or self.options.isolation in ("vm", "ns"):
+            return
+        from pipguard import launcher
+
+        launcher.fork_spare()
+
     def _on_refuse(self, request: dict, fds: List[int]) -> dict:
         reason = str(request.get("reason", "refused"))[:2000]
         self.error = self.error or f"pipguard cannot do this install safely: {reason}"
