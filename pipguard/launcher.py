@@ -202,7 +202,12 @@ def start(plan: Plan, meanwhile: Optional[Callable[[], None]] = None,
     if spare is not None:
         process, parent_sock = spare
         try:
-            _send_config(parent_sock, config)
+            process.receive_root()
+            try:
+                _send_config(parent_sock, config)
+            except OSError as exc:  # it was killed while it waited: nothing ran
+                raise PipguardError(f"the sandbox's first process exited before its start ({exc.strerror})",
+                                    hint="something killed pipguard's waiting sandbox process; run again") from exc
         except BaseException:
             process.kill()
             process.release()
@@ -324,21 +329,14 @@ def fork_spare() -> None:
     waiting: the next :func:`start` of a plain-backend run in this thread
     uses them. For a caller that is idle now and single-threaded (a fork
     copies this process as it is); call :func:`discard_spare` when no run
-    follows. The first process receives the root pid message now (it waits
-    on the keeper's socket meanwhile)."""
+    follows. Returns once the keeper is forked: its ``root`` message (the
+    first process's pid) is read when the spare is taken, so that a request
+    arriving meanwhile waits only for this process's own fork."""
     global _spare
     with _spare_lock:
-        if _spare is not None:
-            return
-        process, sock = _fork(None)
-        try:
-            process.receive_root()
-        except BaseException:
-            process.kill()
-            process.release()
-            sock.close()
-            raise
-        _spare = (process, sock, threading.get_ident())
+        if _spare is None:
+            process, sock = _fork(None)
+            _spare = (process, sock, threading.get_ident())
 
 
 def discard_spare() -> None:
@@ -350,7 +348,6 @@ def discard_spare() -> None:
     if spare is not None:
         process, sock, _thread = spare
         sock.close()  # end of file: the waiting first process exits
-        process.kill()
         process.release()
 
 
@@ -360,10 +357,6 @@ def _take_spare() -> Optional[Tuple[ChildProcess, socket.socket]]:
         if _spare is None or _spare[2] != threading.get_ident():
             return None
         (process, sock, _thread), _spare = _spare, None
-    if process.poll() is not None:  # it went away (killed from outside): fork afresh
-        sock.close()
-        process.release()
-        return None
     return process, sock
 
 

@@ -7,8 +7,10 @@ nobody takes leaves no process behind, and only the thread that forked it takes 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
+import time
 
 import pytest
 
@@ -37,6 +39,19 @@ def _run_with_stdout(tmp_path, name: str) -> tuple:
     return report, int(pid), int(fsize)
 
 
+def _spare_pids() -> tuple:
+    """(keeper, first process) of the waiting spare; the first process is the keeper's only
+    child (the spare reads its pid from the keeper only when it is taken)."""
+    keeper = launcher._spare[0].keeper_pid
+    while True:  # a readiness poll: the keeper forks its child right after its own start
+        with open(f"/proc/{keeper}/task/{keeper}/children") as children:
+            pids = children.read().split()
+        if pids:
+            (first,) = pids
+            return keeper, int(first)
+        time.sleep(0.01)
+
+
 @pytest.fixture
 def no_spare():
     launcher.discard_spare()
@@ -57,7 +72,7 @@ def _gone(pid: int) -> bool:
 def test_a_spare_runs_as_a_fresh_fork_would(tmp_path, no_spare):
     fresh, fresh_pid, fresh_fsize = _run_with_stdout(tmp_path, "fresh")
     launcher.fork_spare()
-    spare_pid = launcher._spare[0].pid
+    _keeper, spare_pid = _spare_pids()
     spared, pid, fsize = _run_with_stdout(tmp_path, "spared")
     assert pid == spare_pid != fresh_pid  # the command ran in the spare's first process
     assert launcher._spare is None  # taken
@@ -70,8 +85,7 @@ def test_a_spare_runs_as_a_fresh_fork_would(tmp_path, no_spare):
 
 def test_an_unused_spare_leaves_nothing(no_spare):
     launcher.fork_spare()
-    process = launcher._spare[0]
-    keeper, first = process.keeper_pid, process.pid
+    keeper, first = _spare_pids()
     assert not _gone(keeper) and not _gone(first)
     launcher.discard_spare()
     assert _gone(first)
@@ -82,7 +96,7 @@ def test_an_unused_spare_leaves_nothing(no_spare):
 
 def test_only_the_thread_that_forked_a_spare_takes_it(tmp_path, no_spare):
     launcher.fork_spare()
-    spare_pid = launcher._spare[0].pid
+    _keeper, spare_pid = _spare_pids()
     seen = {}
 
     def other():
@@ -93,5 +107,19 @@ def test_only_the_thread_that_forked_a_spare_takes_it(tmp_path, no_spare):
     thread.start()
     thread.join()
     assert seen["report"].exit_code == 0
-    assert launcher._spare is not None and launcher._spare[0].pid == spare_pid
+    assert launcher._spare is not None and _spare_pids()[1] == spare_pid
     assert not _gone(spare_pid)
+
+
+def test_a_spare_killed_from_outside_fails_the_run_closed(tmp_path, no_spare):
+    from pipguard.errors import PipguardError
+
+    launcher.fork_spare()
+    _keeper, first = _spare_pids()
+    os.kill(first, signal.SIGKILL)
+    marker = tmp_path / "ran"
+    with pytest.raises(PipguardError):
+        run([sys.executable, "-c", f"open({str(marker)!r}, 'w')"], Policy(), cwd=str(tmp_path))
+    assert not marker.exists()  # nothing ran, and the next run forks afresh
+    report = run([sys.executable, "-c", "pass"], Policy(), cwd=str(tmp_path))
+    assert report.exit_code == 0 and launcher._spare is None
