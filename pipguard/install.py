@@ -242,7 +242,10 @@ class Installer:
             return
         from pipguard import launcher
 
-        launcher.fork_spare()
+        try:
+            launcher.fork_spare()
+        except OSError:
+            pass  # no spare (fork failed: EAGAIN, ENOMEM): the call forks afresh, and reports it if that fails too
 
     def _on_refuse(self, request: dict, fds: List[int]) -> dict:
         reason = str(request.get("reason", "refused"))[:2000]
