@@ -234,11 +234,9 @@ class Installer:
         """While pip works between two requests: fork the next hook call's
         keeper and first process (pipguard.launcher.fork_spare), off the path
         of that call -- only while another call may follow (none once the
-        install is refused or its wheels were gated), and not under ns (its
-        first process is set up differently) or the VM backend (a launcher of
-        its own)."""
-        if self.refusal or self.error or self.gated or self.options.binary_only \
-                or self.options.isolation in ("vm", "ns"):
+        install is refused or its wheels were gated), and not under the VM
+        backend (a launcher of its own)."""
+        if self.refusal or self.error or self.gated or self.options.binary_only or self.options.isolation == "vm":
             return
         from pipguard import launcher
 

@@ -177,13 +177,14 @@ def start(plan: Plan, meanwhile: Optional[Callable[[], None]] = None,
     command's process is known only from its status line. On any error the
     keeper is released before raising.
 
-    A spare forked by this thread (:func:`fork_spare`) is used for a
-    plain-backend run: it gets the config and this process's stdin, stdout
-    and stderr, and the rest is the same."""
+    A spare forked by this thread (:func:`fork_spare`) is used if there is
+    one (either backend: the first process enters the namespaces itself): it
+    gets the config and this process's stdin, stdout and stderr, and the rest
+    is the same."""
 
     from pipguard.oslayer import seccomp
 
-    spare = _take_spare() if plan.namespace is None else None
+    spare = _take_spare()
     if plan.os_spec is not None and spare is None:  # built here once; the first process only loads it
         seccomp.prebuild(plan.os_spec, notify=plan.os_spec.notify)
     config = {
@@ -326,8 +327,7 @@ _spare_lock = threading.Lock()
 
 def fork_spare() -> None:
     """Fork the next run's keeper and first process now, if there is none
-    waiting: the next :func:`start` of a plain-backend run in this thread
-    uses them. For a caller that is idle now and single-threaded (a fork
+    waiting: the next :func:`start` in this thread uses them. For a caller that is idle now and single-threaded (a fork
     copies this process as it is); call :func:`discard_spare` when no run
     follows. Returns once the keeper is forked: its ``root`` message (the
     first process's pid) is read when the spare is taken, so that a request

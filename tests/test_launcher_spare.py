@@ -23,7 +23,7 @@ _SAY = "import os, resource; print(os.getpid(), resource.getrlimit(resource.RLIM
 LIMIT = 7 << 20
 
 
-def _run_with_stdout(tmp_path, name: str) -> tuple:
+def _run_with_stdout(tmp_path, name: str, isolation: str) -> tuple:
     """Run _SAY with this process's stdout swapped to a file after any spare was forked."""
     out = tmp_path / name
     saved = os.dup(1)
@@ -31,7 +31,8 @@ def _run_with_stdout(tmp_path, name: str) -> tuple:
         with open(out, "w") as handle:
             sys.stdout.flush()
             os.dup2(handle.fileno(), 1)
-            report = run([sys.executable, "-c", _SAY], Policy(limit_write=LIMIT), cwd=str(tmp_path))
+            report = run([sys.executable, "-c", _SAY], Policy(isolation=isolation, limit_write=LIMIT),
+                         cwd=str(tmp_path))
     finally:
         os.dup2(saved, 1)
         os.close(saved)
@@ -69,13 +70,16 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def test_a_spare_runs_as_a_fresh_fork_would(tmp_path, no_spare):
-    fresh, fresh_pid, fresh_fsize = _run_with_stdout(tmp_path, "fresh")
+def test_a_spare_runs_as_a_fresh_fork_would(tmp_path, no_spare, backend):
+    fresh, fresh_pid, fresh_fsize = _run_with_stdout(tmp_path, "fresh", backend.isolation)
     launcher.fork_spare()
     _keeper, spare_pid = _spare_pids()
-    spared, pid, fsize = _run_with_stdout(tmp_path, "spared")
-    assert pid == spare_pid != fresh_pid  # the command ran in the spare's first process
+    spared, pid, fsize = _run_with_stdout(tmp_path, "spared", backend.isolation)
     assert launcher._spare is None  # taken
+    if backend.ns:  # the command is pid 2 of its own pid namespace, below the spare's first process
+        assert pid == fresh_pid == 2 and "ns" in spared.isolation.applied
+    else:
+        assert pid == spare_pid != fresh_pid  # the command ran in the spare's first process
     assert spared.exit_code == fresh.exit_code == 0, (spared.error, spared.events)
     assert fsize == fresh_fsize == LIMIT  # the run's rlimits, set before it confined itself
     assert spared.isolation.applied == fresh.isolation.applied
