@@ -11,6 +11,12 @@ takes with ``pidfd_getfd``) and waits for one byte of acknowledgement. Only
 plain ``write``/``read`` are used after seccomp is loaded: ``sendmsg`` is a
 notified syscall and nobody would be listening yet.
 
+A first process forked ahead of its run (:func:`pipguard.launcher.fork_spare`)
+first waits for its config: one JSON line on the control socket, with the
+run's stdin, stdout and stderr (SCM_RIGHTS), which become its 0, 1, 2; then it
+sets the run's rlimits (what the keeper does for a freshly forked one) and
+goes on as one does. Nothing below runs before that config arrived.
+
 Confinement order (an invariant; each step relies on the previous one):
   1. new session (no controlling terminal: no TIOCSTI into the caller's tty)
   2. close every inherited descriptor except stdio and the control socket
@@ -37,7 +43,9 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
+import socket
 
 from pipguard import backends
 from pipguard.backends import ns, plain  # noqa: F401 (imported before fork: backends.load)
@@ -76,8 +84,35 @@ def become(uid: int, gid: int) -> None:
         raise PipguardError(f"the sandbox user switch to {uid}:{gid} did not stick")
 
 
+def _await_config(control_fd: int) -> dict:
+    """A spare's wait for its run (see the module's docstring); exits when
+    pipguard goes away first."""
+    sock = socket.socket(fileno=control_fd)
+    try:
+        data, fds, _flags, _addr = socket.recv_fds(sock, 1 << 16, 3)
+        while data and not data.endswith(b"\n"):
+            chunk = sock.recv(1 << 16)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        sock.detach()  # the descriptor stays ours: it is the control socket from here on
+    if not data.endswith(b"\n") or len(fds) != 3:
+        os._exit(0)  # discarded (end of file) or not what the launcher sends: run nothing
+    for target, fd in enumerate(fds):
+        if fd != target:
+            os.dup2(fd, target)
+            os.close(fd)
+    config = dict(json.loads(data), control_fd=control_fd)
+    for resource_id, soft, hard in config.get("rlimits", ()):
+        resource.setrlimit(resource_id, (soft, hard))  # inherited by the whole tree
+    return config
+
+
 def confine_and_exec(config: dict) -> None:
     control_fd = int(config["control_fd"])
+    if config.get("await_config"):
+        config = _await_config(control_fd)
     # Python ignores SIGPIPE and SIGXFSZ; the command must get the defaults
     # (as subprocess's restore_signals does). Caught signals reset on exec.
     for name in ("SIGPIPE", "SIGXFSZ"):

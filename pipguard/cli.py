@@ -189,9 +189,14 @@ def _install(sandbox_only: bool, kw: dict) -> None:
     from pipguard import limits
     from pipguard.install import Installer, InstallOptions
     from pipguard.policy import HostPort
-    from pipguard.report import check_writable, write_atomic
 
-    report_path = check_writable(kw["report_path"]) if kw.get("report_path") else None
+    # pip starts in Installer.run: what comes before it is imported only when
+    # it is needed (the report module: ~10 ms, after pip started otherwise)
+    report_path = None
+    if kw.get("report_path"):
+        from pipguard.report import check_writable
+
+        report_path = check_writable(kw["report_path"])
     pip_args = tuple(kw["pip_args"])
     if kw.get("pip_report"):
         pip_args += ("--report", kw["pip_report"])
@@ -234,7 +239,7 @@ def _install(sandbox_only: bool, kw: dict) -> None:
     from pipguard.render import install as render_install
 
     if report_path:
-        from pipguard.report import dumps
+        from pipguard.report import dumps, write_atomic
 
         write_atomic(report_path, dumps(result.to_json()))
     if kw["fmt"] == "table":

@@ -25,28 +25,40 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from pipguard.approvals import Approval, Origin
 from pipguard.errors import UsageError
-from pipguard.files import sha256
-from pipguard.policy import HostPort
 from pipguard.policyfile import ProjectPolicy
-from pipguard.install_result import (  # noqa: F401 (re-exported: the result models live there)
-    REFUSING_SEVERITIES, InstallResult, PackageResult, Phase, Refusal, _counting)
-from pipguard.report import Event, Report
 
-if TYPE_CHECKING:  # imported where it scans: tarfile, zipfile, lzma... (~15 ms a start)
-    from pipguard import gate
+# Start-up order: the CLI imports this module and starts pip at once
+# (Installer.run); pip then takes half a second or more to reach its first
+# hook call. So only what starting pip needs is imported here, and the result
+# models, the report and the gate come while pip starts (_warm_up) or where
+# they are used (~20 ms that were before pip started; docs/performance.md).
+if TYPE_CHECKING:
+    from pipguard import gate  # imported where it scans: tarfile, zipfile, lzma... (~15 ms a start)
+    from pipguard.approvals import Approval, Origin
     from pipguard.hookcall import HookResult
+    from pipguard.install_result import InstallResult, PackageResult, Phase, Refusal
+    from pipguard.policy import HostPort
+    from pipguard.report import Event, Report
 
 Progress = Callable[[str], None]
 
+#: re-exported (``from pipguard.install import InstallResult``): the result models live in
+#: :mod:`pipguard.install_result`, imported on first use
+_RESULT_NAMES = ("REFUSING_SEVERITIES", "InstallResult", "PackageResult", "Phase", "Refusal", "_counting")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RESULT_NAMES:
+        from pipguard import install_result
+
+        return getattr(install_result, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -154,7 +166,8 @@ class Installer:
             precompile_hook(self.python)  # the hook calls' Pythons are the target's version
             _warm_up()
             server.serve(proc.pid, {"hook": self._on_hook, "gate": self._on_gate,
-                                    "refuse": self._on_refuse, "source": self._on_source})
+                                    "refuse": self._on_refuse, "source": self._on_source},
+                         idle=self._idle)
             returncode = proc.wait()
         except KeyboardInterrupt:
             if proc is not None:
@@ -163,6 +176,9 @@ class Installer:
                                 "unless pip had already started installing the gated wheels)")
         finally:
             server.close()
+            from pipguard import launcher
+
+            launcher.discard_spare()
         return self._finish(returncode)
 
     def _finish(self, returncode: int) -> InstallResult:
@@ -187,6 +203,8 @@ class Installer:
         return self._result("installed", "installed")
 
     def _result(self, status: str, message: str) -> InstallResult:
+        from pipguard.install_result import InstallResult, PackageResult
+
         packages = dict(self.gated)
         for name in dict.fromkeys(r.call.package for r in self.hook_results):
             if name in packages:
@@ -206,10 +224,27 @@ class Installer:
                              self.options.project.path)
 
     def _counting_events(self, package: str) -> Tuple[Event, ...]:
+        from pipguard.install_result import _counting
+
         return tuple(e for p in self.phases if p.package == package and p.name != "probe"
                      for e in _counting(p))
 
     # ------------------------------------------------------------ handlers
+    def _idle(self) -> None:
+        """While pip works between two requests: fork the next hook call's
+        keeper and first process (pipguard.launcher.fork_spare), off the path
+        of that call -- only while another call may follow (none once the
+        install is refused or its wheels were gated), and not under the VM
+        backend (a launcher of its own)."""
+        if self.refusal or self.error or self.gated or self.options.binary_only or self.options.isolation == "vm":
+            return
+        from pipguard import launcher
+
+        try:
+            launcher.fork_spare()
+        except OSError:
+            pass  # no spare (fork failed: EAGAIN, ENOMEM): the call forks afresh, and reports it if that fails too
+
     def _on_refuse(self, request: dict, fds: List[int]) -> dict:
         reason = str(request.get("reason", "refused"))[:2000]
         self.error = self.error or f"pipguard cannot do this install safely: {reason}"
@@ -220,6 +255,8 @@ class Installer:
         remember what its source tree is."""
         from packaging.utils import canonicalize_name
 
+        from pipguard.approvals import Origin
+
         directory, name = request.get("dir"), request.get("name")
         if isinstance(directory, str):
             self.sources[os.path.realpath(directory)] = (
@@ -229,6 +266,7 @@ class Installer:
 
     def _on_hook(self, request: dict, fds: List[int]) -> dict:
         from pipguard import hookcall
+        from pipguard.install_result import Refusal, _counting
 
         try:
             call = hookcall.plan_call(request.get("argv") or [], str(request.get("cwd") or "/"),
@@ -283,6 +321,8 @@ class Installer:
     def _phase(self, name: str, package: str, report: Report, origin: Optional[Origin]) -> Phase:
         """Record a sandboxed run, with the blocked attempts an approval of
         ``origin`` accepts."""
+        from pipguard.install_result import Phase
+
         approvals = self.options.project.approvals
         accepted = []
         for event in report.blocked_events:
@@ -296,6 +336,7 @@ class Installer:
 
     def _run_call(self, call, fds: Sequence[int], hosts: Tuple[HostPort, ...]) -> "HookResult":
         from pipguard import hookcall
+        from pipguard.install_result import Phase
         from pipguard.sandbox import run
 
         policy = hookcall.sandbox_policy(
@@ -315,6 +356,9 @@ class Installer:
         from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
         from pipguard import gatecache
+        from pipguard.approvals import Origin
+        from pipguard.files import sha256
+        from pipguard.install_result import REFUSING_SEVERITIES, PackageResult, Refusal
 
         self.gate_answered = True
         role = request.get("role")
@@ -425,6 +469,10 @@ class Installer:
         """Import each new top-level module in the sandbox, from a staged
         copy; True when an import refused the install. A module's attempts
         are its distribution's (approvals of that wheel's artifact apply)."""
+        import shutil
+        import tempfile
+
+        from pipguard.install_result import Refusal, _counting
         from pipguard.sandbox import run
 
         stage = tempfile.mkdtemp(prefix="pipguard-probe-")
@@ -517,7 +565,7 @@ def _warm_up() -> None:
     import packaging.requirements  # noqa: F401 (a hook call's answer is checked with it: ~20 ms)
     import packaging.utils  # noqa: F401
 
-    from pipguard import _child, gatecache, hookcall, host, launcher, sandbox, supervisor  # noqa: F401
+    from pipguard import _child, gatecache, hookcall, host, install_result, launcher, sandbox, supervisor  # noqa: F401
 
     host.planning_facts()
 

@@ -1,7 +1,17 @@
 """Start the sandboxed command: a forked keeper (:mod:`pipguard._keeper`)
 forks the sandbox's first process, which runs :mod:`pipguard._child`,
 confines itself and execs the command; we collect its layer status and take
-its seccomp listener fd."""
+its seccomp listener fd.
+
+A caller that runs many sandboxes one after another with idle time between
+them (``pipguard install``: pip works between two hook calls) can fork the
+next run's keeper and first process ahead, while it is idle
+(:func:`fork_spare`): the two forks of a large process (8-13 ms measured,
+docs/performance.md) are then off the path from a hook call to its command.
+That first process waits, unconfined and running only pipguard's code, for
+its config and the run's stdin/stdout/stderr over its control socket, and
+then does exactly what a freshly forked one does (rlimits, the confinement
+order of :mod:`pipguard._child`, the exec)."""
 
 from __future__ import annotations
 
@@ -10,6 +20,7 @@ import os
 import signal
 import socket
 import struct
+import threading
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
@@ -164,18 +175,19 @@ def start(plan: Plan, meanwhile: Optional[Callable[[], None]] = None,
     -- a cgroup move waits for an RCU grace period (8-25 ms measured here,
     once per hierarchy), which then overlaps the confinement; under ns the
     command's process is known only from its status line. On any error the
-    keeper is released before raising."""
+    keeper is released before raising.
 
-    from pipguard import _keeper  # imported before fork: the keeper must import nothing
+    A spare forked by this thread (:func:`fork_spare`) is used if there is
+    one (either backend: the first process enters the namespaces itself): it
+    gets the config and this process's stdin, stdout and stderr, and the rest
+    is the same."""
+
     from pipguard.oslayer import seccomp
 
-    if plan.os_spec is not None:  # built here once; the first process only loads it
+    spare = _take_spare()
+    if plan.os_spec is not None and spare is None:  # built here once; the first process only loads it
         seccomp.prebuild(plan.os_spec, notify=plan.os_spec.notify)
-
-    parent_sock, child_sock = socket.socketpair()
-    keeper_sock, keeper_end = socket.socketpair()
     config = {
-        "control_fd": child_sock.fileno(),
         "cwd": plan.cwd,
         "executable": plan.executable,
         "argv": list(plan.argv),
@@ -188,27 +200,28 @@ def start(plan: Plan, meanwhile: Optional[Callable[[], None]] = None,
         "backend_spec": plan.namespace.to_json() if plan.namespace is not None else None,
         "run_as": list(run_as) if run_as else None,
     }
-    # The kernel tells us who sent the status line, in our pid namespace:
-    # under ns that is the command's process, whose pid nobody inside knows.
-    parent_sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-    # fork, not a second interpreter: the keeper is a copy of this process with
-    # every module loaded (about 40 ms less per sandbox start, see
-    # docs/performance.md). Other threads of the caller may run meanwhile:
-    # the keeper and the first process import nothing and take no lock
-    # (pipguard/_keeper.py), and close every descriptor they did not bring.
-    pid = os.fork()
-    if pid == 0:  # the keeper: never returns
+    if spare is not None:
+        process, parent_sock = spare
         try:
+            process.receive_root()
+            try:
+                _send_config(parent_sock, config)
+            except OSError as exc:  # it was killed while it waited: nothing ran
+                raise PipguardError(f"the sandbox's first process exited before its start ({exc.strerror})",
+                                    hint="something killed pipguard's waiting sandbox process; run again") from exc
+        except BaseException:
+            process.kill()
+            process.release()
             parent_sock.close()
-            keeper_sock.close()
-            _keeper.keep(keeper_end.fileno(), child_sock.fileno(), config)
-        finally:
-            os._exit(127)
-    child_sock.close()
-    keeper_end.close()
-    process = ChildProcess(pid, keeper_sock)
+            raise
+        if plan.os_spec is not None:
+            # for the next spare (a fork of this process), while this first process confines itself
+            seccomp.prebuild(plan.os_spec, notify=plan.os_spec.notify)
+    else:
+        process, parent_sock = _fork(config)
     try:
-        process.receive_root()
+        if spare is None:
+            process.receive_root()
         moved = False
         if before_exec is not None and plan.namespace is None:
             before_exec(process.pid)  # the first process is the command's
@@ -264,6 +277,87 @@ def start(plan: Plan, meanwhile: Optional[Callable[[], None]] = None,
         raise
     finally:
         parent_sock.close()
+
+
+def _fork(config: Optional[dict]) -> Tuple[ChildProcess, socket.socket]:
+    """Fork the keeper, which forks the first process; with ``config`` None
+    that process waits for its config (:func:`_send_config`). Returns the
+    keeper and our end of the first process's control socket."""
+    from pipguard import _keeper  # imported before fork: the keeper must import nothing
+
+    parent_sock, child_sock = socket.socketpair()
+    keeper_sock, keeper_end = socket.socketpair()
+    config = dict(config or {"await_config": True}, control_fd=child_sock.fileno())
+    # The kernel tells us who sent the status line, in our pid namespace:
+    # under ns that is the command's process, whose pid nobody inside knows.
+    parent_sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+    # fork, not a second interpreter: the keeper is a copy of this process with
+    # every module loaded (about 40 ms less per sandbox start, see
+    # docs/performance.md). Other threads of the caller may run meanwhile:
+    # the keeper and the first process import nothing and take no lock
+    # (pipguard/_keeper.py), and close every descriptor they did not bring.
+    pid = os.fork()
+    if pid == 0:  # the keeper: never returns
+        try:
+            parent_sock.close()
+            keeper_sock.close()
+            _keeper.keep(keeper_end.fileno(), child_sock.fileno(), config)
+        finally:
+            os._exit(127)
+    child_sock.close()
+    keeper_end.close()
+    return ChildProcess(pid, keeper_sock), parent_sock
+
+
+def _send_config(sock: socket.socket, config: dict) -> None:
+    """A waiting first process's config, one JSON line, with this process's
+    stdin, stdout and stderr (what a freshly forked one would have inherited
+    now: ``pipguard install`` makes them the hook call's)."""
+    data = (json.dumps(config) + "\n").encode()
+    sent = socket.send_fds(sock, [data], [0, 1, 2])
+    if sent < len(data):
+        sock.sendall(data[sent:])
+
+
+# -- the spare: the next run's keeper and first process, forked ahead ---------
+
+_spare: Optional[Tuple[ChildProcess, socket.socket, int]] = None
+_spare_lock = threading.Lock()
+
+
+def fork_spare() -> None:
+    """Fork the next run's keeper and first process now, if there is none
+    waiting: the next :func:`start` in this thread uses them. For a caller that is idle now and single-threaded (a fork
+    copies this process as it is); call :func:`discard_spare` when no run
+    follows. Returns once the keeper is forked: its ``root`` message (the
+    first process's pid) is read when the spare is taken, so that a request
+    arriving meanwhile waits only for this process's own fork."""
+    global _spare
+    with _spare_lock:
+        if _spare is None:
+            process, sock = _fork(None)
+            _spare = (process, sock, threading.get_ident())
+
+
+def discard_spare() -> None:
+    """End the spare, if any (its keeper kills the waiting first process,
+    reaps it and exits; we reap the keeper). Idempotent."""
+    global _spare
+    with _spare_lock:
+        spare, _spare = _spare, None
+    if spare is not None:
+        process, sock, _thread = spare
+        sock.close()  # end of file: the waiting first process exits
+        process.release()
+
+
+def _take_spare() -> Optional[Tuple[ChildProcess, socket.socket]]:
+    global _spare
+    with _spare_lock:
+        if _spare is None or _spare[2] != threading.get_ident():
+            return None
+        (process, sock, _thread), _spare = _spare, None
+    return process, sock
 
 
 def _read_line(sock: socket.socket) -> Tuple[bytes, int]:

@@ -58,14 +58,21 @@ class SeamServer:
     def env_value(self) -> str:
         return f"{self.path} {self.token}"
 
-    def serve(self, pid: int, handlers: Dict[str, Handler]) -> None:
+    def serve(self, pid: int, handlers: Dict[str, Handler],
+              idle: Optional[Callable[[], None]] = None) -> None:
         """Answer requests until process ``pid`` (pip) exits. Returns without
-        reaping it (the caller waits for its status)."""
+        reaping it (the caller waits for its status). ``idle`` is called
+        whenever no request is waiting, before this waits for one (after an
+        answer went out: the place for work the next request can use)."""
         pidfd = _pidfd(pid)
         try:
             while True:
                 watched = [self._listener] + ([pidfd] if pidfd is not None else [])
-                ready, _, _ = select.select(watched, [], [], None if pidfd is not None else 0.2)
+                ready = select.select(watched, [], [], 0)[0] if idle is not None else []
+                if not ready:
+                    if idle is not None:
+                        idle()
+                    ready, _, _ = select.select(watched, [], [], None if pidfd is not None else 0.2)
                 if self._listener in ready:
                     self._one(handlers)
                     continue

@@ -7,7 +7,10 @@ one that looks for the index credentials everywhere it can."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -402,3 +405,36 @@ def test_same_result_as_plain_pip(tmp_path, fake_home, route, wheelhouse):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert pip_list(guarded) == pip_list(plain)
     assert _tree(guarded) ^ _tree(plain) == set()
+
+
+# --------------------------------------------------------------------------- start-up order
+_AT_PIP_START = r"""
+import json, os, sys
+def hook(event, args):
+    if event == "subprocess.Popen":  # the CLI starts pip: what has it imported by then?
+        os.write(1, json.dumps(sorted(m for m in sys.modules if m.startswith(("pipguard", "packaging")))).encode())
+        os._exit(0)
+sys.addaudithook(hook)
+from pipguard.cli import main
+sys.argv = ["pipguard", "install", "--sandbox", "--python", sys.executable, "--no-index", "nothing-here"]
+main()
+"""
+
+
+def test_pip_starts_before_the_models_and_the_sandbox_are_imported(tmp_path):
+    """pip is started as soon as its command line is known: the report, the result models,
+    the planner and the sandbox are imported while pip starts (or where they are used), not
+    before. The result models are still reachable from pipguard.install, as before."""
+    proc = subprocess.run([sys.executable, "-c", _AT_PIP_START], cwd=tmp_path, capture_output=True,
+                          text=True, env={k: v for k, v in os.environ.items() if not k.startswith("PIP_")})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    imported = set(json.loads(proc.stdout))
+    assert {"pipguard.cli", "pipguard.install", "pipguard.seam"} <= imported, imported
+    later = {"pipguard.report", "pipguard.install_result", "pipguard.files", "pipguard.gate",
+             "pipguard.hookcall", "pipguard.plan", "pipguard.sandbox", "pipguard.launcher", "packaging"}
+    assert not imported & later, imported & later
+    from pipguard import install, install_result
+
+    assert install.InstallResult is install_result.InstallResult and install.Phase is install_result.Phase
+    with pytest.raises(AttributeError):
+        install.NoSuchName  # noqa: B018

@@ -1,0 +1,129 @@
+"""A spare (pipguard.launcher.fork_spare): the next run's keeper and first process, forked
+while pipguard is idle. The run that takes it must be the run a fresh fork would have been:
+the stdin/stdout/stderr of the moment the run starts (``pipguard install`` swaps them to the
+hook call's pipes after the spare was forked), the run's rlimits, every layer applied; a spare
+nobody takes leaves no process behind, and only the thread that forked it takes it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+
+import pytest
+
+from pipguard import launcher
+from pipguard.policy import Policy
+from pipguard.sandbox import run
+
+#: prints its pid and its RLIMIT_FSIZE (the run's --limit-write)
+_SAY = "import os, resource; print(os.getpid(), resource.getrlimit(resource.RLIMIT_FSIZE)[0])"
+LIMIT = 7 << 20
+
+
+def _run_with_stdout(tmp_path, name: str, isolation: str) -> tuple:
+    """Run _SAY with this process's stdout swapped to a file after any spare was forked."""
+    out = tmp_path / name
+    saved = os.dup(1)
+    try:
+        with open(out, "w") as handle:
+            sys.stdout.flush()
+            os.dup2(handle.fileno(), 1)
+            report = run([sys.executable, "-c", _SAY], Policy(isolation=isolation, limit_write=LIMIT),
+                         cwd=str(tmp_path))
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+    pid, fsize = out.read_text().split()
+    return report, int(pid), int(fsize)
+
+
+def _spare_pids() -> tuple:
+    """(keeper, first process) of the waiting spare; the first process is the keeper's only
+    child (the spare reads its pid from the keeper only when it is taken)."""
+    keeper = launcher._spare[0].keeper_pid
+    while True:  # a readiness poll: the keeper forks its child right after its own start
+        with open(f"/proc/{keeper}/task/{keeper}/children") as children:
+            pids = children.read().split()
+        if pids:
+            (first,) = pids
+            return keeper, int(first)
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def no_spare():
+    launcher.discard_spare()
+    yield
+    launcher.discard_spare()
+
+
+def _gone(pid: int) -> bool:
+    """Not running: no such process, or a zombie (the keeper exits once nothing of the
+    run is alive; an orphaned zombie is then init's to reap)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_a_spare_runs_as_a_fresh_fork_would(tmp_path, no_spare, backend):
+    fresh, fresh_pid, fresh_fsize = _run_with_stdout(tmp_path, "fresh", backend.isolation)
+    launcher.fork_spare()
+    _keeper, spare_pid = _spare_pids()
+    spared, pid, fsize = _run_with_stdout(tmp_path, "spared", backend.isolation)
+    assert launcher._spare is None  # taken
+    if backend.ns:  # the command is pid 2 of its own pid namespace, below the spare's first process
+        assert pid == fresh_pid == 2 and "ns" in spared.isolation.applied
+    else:
+        assert pid == spare_pid != fresh_pid  # the command ran in the spare's first process
+    assert spared.exit_code == fresh.exit_code == 0, (spared.error, spared.events)
+    assert fsize == fresh_fsize == LIMIT  # the run's rlimits, set before it confined itself
+    assert spared.isolation.applied == fresh.isolation.applied
+    assert "landlock.fs" in spared.isolation.applied or spared.isolation.unavailable
+    assert spared.verdict == fresh.verdict == "clean"
+
+
+def test_an_unused_spare_leaves_nothing(no_spare):
+    launcher.fork_spare()
+    keeper, first = _spare_pids()
+    assert not _gone(keeper) and not _gone(first)
+    launcher.discard_spare()
+    assert _gone(first)
+    assert not os.path.exists(f"/proc/{keeper}")  # our child, and reaped
+    with pytest.raises(ChildProcessError):
+        os.waitpid(keeper, os.WNOHANG)
+
+
+def test_only_the_thread_that_forked_a_spare_takes_it(tmp_path, no_spare):
+    launcher.fork_spare()
+    _keeper, spare_pid = _spare_pids()
+    seen = {}
+
+    def other():
+        seen["report"] = run([sys.executable, "-c", "import os; os.write(2, b'%d' % os.getpid())"],
+                             Policy(), cwd=str(tmp_path))
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    thread.join()
+    assert seen["report"].exit_code == 0
+    assert launcher._spare is not None and _spare_pids()[1] == spare_pid
+    assert not _gone(spare_pid)
+
+
+def test_a_spare_killed_from_outside_fails_the_run_closed(tmp_path, no_spare):
+    from pipguard.errors import PipguardError
+
+    launcher.fork_spare()
+    _keeper, first = _spare_pids()
+    os.kill(first, signal.SIGKILL)
+    marker = tmp_path / "ran"
+    with pytest.raises(PipguardError):
+        run([sys.executable, "-c", f"open({str(marker)!r}, 'w')"], Policy(), cwd=str(tmp_path))
+    assert not marker.exists()  # nothing ran, and the next run forks afresh
+    report = run([sys.executable, "-c", "pass"], Policy(), cwd=str(tmp_path))
+    assert report.exit_code == 0 and launcher._spare is None
