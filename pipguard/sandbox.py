@@ -128,6 +128,8 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
             _proxy_evidence(proxy, supervisor)
         if decoys is not None:
             _decoy_evidence(decoys, supervisor)
+        if plan.namespace is not None and plan.namespace.idmap_writes:
+            _sweep_modes(plan, supervisor, started_at)
         if lease is not None:
             # before the snapshot: files the sandbox left are given back first
             lease.release(nothing_left=prepared.cgroup is not None and prepared.cgroup.members() == set())
@@ -172,6 +174,17 @@ def _decoy_evidence(watch, supervisor) -> None:
     for when, path, how in watch.stop():
         supervisor.collector.add_event("file-read", "blocked", "ns", supervisor.root_pid, path,
                                        "decoy-read", {"decoy": True, "seen": f"inotify {how}"}, when=when)
+
+
+def _sweep_modes(plan: Plan, supervisor, started_at: float) -> None:
+    """As root under ns: no file the run wrote keeps a setuid/setgid bit on the
+    host (``ns.sweep_modes``); each one it had is a finding."""
+    from pipguard.backends import ns
+
+    roots = [r for r in plan.write_roots if r not in plan.namespace_tmpfs]
+    for path, mode, clean in ns.sweep_modes(roots, started_at - 1):
+        supervisor.collector.add_event("file-write", "blocked", "ns", supervisor.root_pid, path,
+                                       "privileged-mode", {"mode": f"{mode:o}", "now": f"{clean:o}"})
 
 
 def _proxy_evidence(proxy, supervisor) -> None:

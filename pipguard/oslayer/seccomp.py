@@ -106,7 +106,13 @@ DENY_ALWAYS: Tuple[str, ...] = (
     "uselib", "_sysctl", "nfsservctl", "iopl", "ioperm",
 )
 #: denied only for some arguments (see :func:`build_filter`)
-DENY_CONDITIONAL: Tuple[str, ...] = ("personality", "ioctl", "socket", "socketpair")
+DENY_CONDITIONAL: Tuple[str, ...] = ("personality", "ioctl", "socket", "socketpair",
+                                     "chmod", "fchmod", "fchmodat", "fchmodat2", "mknod", "mknodat")
+#: where the mode is among each mode-setting syscall's arguments
+MODE_ARG: Dict[str, int] = {"chmod": 1, "fchmod": 1, "fchmodat": 2, "fchmodat2": 2, "mknod": 1, "mknodat": 2}
+#: setuid and setgid: a build never needs them, and as root under ns a file the sandbox
+#: writes is root's on the host, where the mount's nosuid does not hold
+PRIVILEGED_MODE_BITS = (0o4000, 0o2000)
 PROCESS_CREATION: Tuple[str, ...] = ("fork", "vfork", "clone")
 #: notified for observation (answered CONTINUE)
 OBSERVE: Tuple[str, ...] = (
@@ -246,6 +252,11 @@ def build_filter(spec: "OsLayerSpec", *, notify: bool):
     # request with junk in the high bits slips past (the old TIOCSTI bypass).
     for request in (TIOCSTI, TIOCLINUX):
         _add(f, deny("ioctl"), "ioctl", A(1, _sc.MASKED_EQ, 0xFFFFFFFF, request))
+
+    # No setuid/setgid bit from chmod/mknod (a register argument: no TOCTOU).
+    for name, arg in MODE_ARG.items():
+        for bit in PRIVILEGED_MODE_BITS:
+            _add(f, deny(name), name, A(arg, _sc.MASKED_EQ, bit, bit))
 
     # socketpair: AF_UNIX only, in every mode.
     _add(f, deny("socketpair"), "socketpair", A(0, _sc.LT, AF_UNIX))
