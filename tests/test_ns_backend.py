@@ -179,9 +179,14 @@ def test_a_split_directory_is_bound_whole_with_what_it_left_out_masked(tmp_path)
     """/etc, granted entry by entry around its secrets, was ~150 bind mounts per run: a
     directory split that finely is bound whole, and every entry left out is masked (an empty
     file, an empty directory); grants below a masked directory are bound on top of it."""
+    from pathlib import Path
+
     from pipguard.backends import ns
 
-    d = tmp_path / "etc"
+    # not below /tmp: the namespace's own /tmp is never collapsed (Landlock grants it whole)
+    base = Path(tempfile.mkdtemp(dir="/var/tmp"))
+    request_cleanup = shutil.rmtree
+    d = base / "etc"
     d.mkdir()
     for i in range(ns.COLLAPSE_AT + 3):
         (d / f"conf{i}").write_text("ok")
@@ -196,10 +201,23 @@ def test_a_split_directory_is_bound_whole_with_what_it_left_out_masked(tmp_path)
     assert kinds[str(d)] == "ro" and kinds[str(d / "shadow")] == "mask" and kinds[str(d / "ssl")] == "mask"
     assert kinds[str(d / "ssl" / "certs")] == "ro"
     assert not [p for p in kinds if p.startswith(str(d / "conf"))]  # no bind per entry
+    # a home inside it (its decoy tmpfs goes below): split
+    kinds = {m.path: m.kind for m in ns.spec_for(grants, [], [], [str(d / "home")], False).mounts}
+    assert str(d) not in kinds and kinds[str(d / "conf0")] == "ro"
     # a left-out symlink cannot be covered by a mount: the directory stays split then
     (d / "other").symlink_to("shadow")
     kinds = {m.path: m.kind for m in ns.spec_for(grants, [], [], [], False).mounts}
     assert str(d) not in kinds and kinds[str(d / "conf0")] == "ro"
+    request_cleanup(base)
+    # below /tmp: never collapsed
+    t = tmp_path / "etc"
+    t.mkdir()
+    for i in range(ns.COLLAPSE_AT + 3):
+        (t / f"conf{i}").write_text("ok")
+    (t / "shadow").write_text("SECRET")
+    kinds = {m.path: m.kind for m in ns.spec_for([str(t / f"conf{i}") for i in range(ns.COLLAPSE_AT + 3)],
+                                                 [], [], [], False).mounts}
+    assert str(t) not in kinds and "mask" not in kinds.values()
 
 
 def test_etcs_secrets_are_not_in_the_namespace(work, fake_home):

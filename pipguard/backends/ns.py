@@ -172,6 +172,11 @@ DECOY_DIRECTORIES: Dict[str, str] = {
     ".config/pip": "pip.conf", ".pip": "pip.conf",
 }
 DECOYS: Dict[str, str] = dict(HOME_DECOYS)
+# and the other names a stealer tries first in the commonest stores (a name not planted
+# fails with ENOENT: with read observation off, that attempt is not reported)
+for _rel in (".ssh/id_ecdsa", ".ssh/id_dsa", ".ssh/config", ".aws/config", ".config/gh/config.yml",
+             ".gnupg/secring.gpg", ".gnupg/pubring.kbx", ".docker/.token_seed"):
+    DECOYS[_rel] = _GENERIC
 for _rel in rules.CREDENTIAL_PATHS:
     _path = _rel + "/" + DECOY_DIRECTORIES[_rel] if _rel in DECOY_DIRECTORIES else _rel
     DECOYS.setdefault(_path, _GENERIC)
@@ -296,7 +301,7 @@ def spec_for(read_paths: Sequence[str], write_paths: Sequence[str], device_paths
         real = os.path.realpath(path)
         if real not in writes and not _under(real, ["/proc", "/dev"]):
             writes.append(real)
-    read_paths, masks = _collapse_splits([os.path.normpath(p) for p in read_paths if p])
+    read_paths, masks = _collapse_splits([os.path.normpath(p) for p in read_paths if p], homes)
     reads: List[str] = []
     for path in read_paths:
         if not os.path.lexists(path):
@@ -347,22 +352,26 @@ def spec_for(read_paths: Sequence[str], write_paths: Sequence[str], device_paths
 COLLAPSE_AT = 32
 
 
-def _collapse_splits(paths: List[str]) -> Tuple[List[str], List[str]]:
+def _collapse_splits(paths: List[str], homes: Sequence[str] = ()) -> Tuple[List[str], List[str]]:
     """(paths, masks): the granted ``paths`` (as the plan names them) with
     each heavily split directory granted whole instead of its entries — a
     granted entry that is a symlink stays too (its target is bound, as any
     symlink's) — and that directory's entries to mask: those not granted. A
     directory reached through a symlink, or whose left-out entries include a
     symlink or anything but files and directories, stays split (a mount
-    cannot cover a symlink). Before the paths are resolved, so the ~150
-    entries of /etc cost one listing, not ~150 resolutions."""
+    cannot cover a symlink). Never below the namespace's own /tmp or
+    /dev/shm (Landlock grants those whole, so a mask there would be the only
+    barrier, and a rename on the host detaches it), nor a directory that is or
+    holds a home (its decoy tmpfs is planted below). Before the paths are
+    resolved, so the ~150 entries of /etc cost one listing, not ~150 resolutions."""
     by_parent: Dict[str, List[str]] = {}
     for p in paths:
         by_parent.setdefault(os.path.dirname(p), []).append(p)
     masks: List[str] = []
     out = list(paths)
     for parent, kids in by_parent.items():
-        if len(kids) < COLLAPSE_AT or parent in ("", "/") or os.path.realpath(parent) != parent:
+        if len(kids) < COLLAPSE_AT or parent in ("", "/") or os.path.realpath(parent) != parent \
+                or _under(parent, ["/tmp", "/dev/shm"]) or any(_under(h, [parent]) for h in homes):
             continue
         try:
             names = os.listdir(parent)
