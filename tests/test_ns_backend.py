@@ -160,7 +160,7 @@ def test_every_credential_location_of_the_rule_table_is_a_decoy():
         assert not any(rel == c or rel.startswith(c + "/") for c in rules.CONFIG_LOOKUPS), rel
 
 
-def test_native_reads_of_any_credential_location_are_reported_under_auto(work, fake_home):
+def test_native_reads_of_credential_decoys_are_reported_under_auto(work, fake_home):
     """The loud native stealer under the default isolation (ns here, read observation off):
     a file (~/.netrc), a directory's key (~/.gnupg/...), a listing (~/.mozilla) and a history
     file, at the real home's path: each a decoy-read finding, no real marker anywhere."""
