@@ -25,7 +25,9 @@ ALLOCATE = "x = b'x' * (120 << 20); import time; time.sleep(0.2)"
 SLEEPERS = 12
 FORKS = f"for i in $(seq {SLEEPERS}); do sleep 1.5 & done; wait"
 BUSY = "import time\nend = time.process_time() + 1.0\nwhile time.process_time() < end: pass"
-WRITE = "import os\nwith open('big', 'wb') as f:\n    f.write(os.urandom(6 << 20))"
+# fsync: block writes are accounted when they reach the disk; without it writeback may come
+# after the run's usage is read (seen once in a full CI run)
+WRITE = "import os\nwith open('big', 'wb') as f:\n    f.write(os.urandom(6 << 20))\n    f.flush()\n    os.fsync(f.fileno())"
 
 
 def _run(work, fake_home, argv, **policy):
