@@ -75,7 +75,10 @@ out = {"marker_seen": any(marker in c for c in seen), "processes": len(seen),
        "interfaces": sorted(os.listdir("/sys/class/net")), "net": net}
 with open("look.json", "w") as fh:
     json.dump(out, fh)
-os.chmod("look.json", 0o6777)  # setuid, setgid, world-writable: what a guest must not leave on the host
+try:  # setuid, setgid, world-writable: what a guest must not leave on the host
+    os.chmod("look.json", 0o6777)
+except PermissionError:  # the OS layer refuses setuid/setgid bits in the kernel (reported)
+    os.chmod("look.json", 0o777)
 print("looked")
 """
 
