@@ -487,10 +487,12 @@ def _click_app():
                   help="Let the sources phase reach this destination too (repeatable); public "
                        "hosts the source URLs name are allowed already, loopback and private ones "
                        "only with this.")
-    @click.option("--isolation", type=click.Choice(["auto", "os", "vm"]), default="auto", show_default=True,
-                  help="auto/os: the layers on the host's filesystem (PKGBUILD review does not "
-                       "use namespaces yet); vm: each phase's makepkg in a QEMU guest of its own "
-                       "(needs working KVM, or --vm-accel tcg).")
+    @click.option("--isolation", type=click.Choice(["auto", "os", "ns", "vm"]), default="auto",
+                  show_default=True,
+                  help="auto: each phase in namespaces of its own where they work here, else the "
+                       "layers on the host's filesystem (the report says why); os: the host's "
+                       "filesystem; ns: namespaces or exit 2; vm: each phase's makepkg in a QEMU "
+                       "guest of its own (needs working KVM, or --vm-accel tcg).")
     @click.option("--vm-accel", type=click.Choice(["kvm", "tcg"]), default="kvm", show_default=True,
                   help="Under --isolation vm: kvm (exit 2 if KVM does not work here) or tcg "
                        "(software emulation: slow, for review).")

@@ -378,14 +378,18 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
     if facts is None:
         facts = _host_facts(policy)
     in_ns = uses_namespaces(policy, facts, os_available)
-    namespace_tmpfs = ("/tmp", "/dev/shm") if in_ns else ()
+    namespace_tmpfs: Tuple[str, ...] = ()
+    if in_ns:
+        from pipguard.backends import ns
+
+        namespace_tmpfs = ns.PRIVATE_TMPFS
     write_roots += namespace_tmpfs
     # Derived roots must never widen into a home: `/bin/sh` would otherwise
     # make "/" (the parent of /bin) readable.
     derived = [r for r in _interpreter_roots(executable)
                if r not in ("/", "") and not any(h == r or h.startswith(r.rstrip("/") + "/") for h in homes)]
     toolchains = toolchain_roots(source_env.get("PATH"), homes)
-    read_roots = [*derived, *toolchains, *policy.allow_read]
+    read_roots = [*derived, *toolchains, *policy.allow_read, *policy.read_only_by_landlock]
     prefixes = toolchain_prefixes(source_env.get("PATH"), homes, read_roots)
 
     kept, removed = scrub_env(source_env, policy.keep_env)
@@ -460,7 +464,10 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
 
                 namespace = ns.spec_for(readable, [*(r for r in write_roots if r not in namespace_tmpfs), fifo],
                                         [*DEVICES, *_tty_devices()], homes, network == "all",
-                                        sandbox_home=home_dir)
+                                        sandbox_home=home_dir,
+                                        # without Landlock a writable mount would be no barrier at all
+                                        landlock_read_only=policy.read_only_by_landlock
+                                        if facts is not None and facts.landlock_abi >= 1 else ())
                 readable += namespace.decoy_homes
                 # in the run's own $HOME before anything runs: they are not the build's writes
                 ns.plant_decoys(home_dir, namespace.token, ns.HOME_DECOYS)
@@ -474,6 +481,7 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
                 notify=True,
                 observe_reads=policy.observe_reads if policy.observe_reads is not None
                 else not in_ns,
+                allow_privileged_modes=policy.allow_setuid and os.geteuid() != 0,
             )
     return Plan(
         argv=tuple(argv), executable=executable, cwd=cwd, run_dir=run_dir, fifo=fifo,
@@ -488,7 +496,7 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
             isolation=policy.isolation, network=network, timeout=policy.timeout,
             max_events=policy.max_events, memory=policy.limit_memory or limits.default_memory(),
             processes=policy.limit_processes, cpu=policy.limit_cpu, write=policy.limit_write,
-            user_read=tuple(policy.allow_read), policy_json=policy.to_json()),
+            user_read=(*policy.allow_read, *policy.read_only_by_landlock), policy_json=policy.to_json()),
     )
 
 

@@ -112,6 +112,18 @@ class Policy:
       None (the default) means on, except under the namespace backend (``ns``,
       or ``auto`` where it chose ns), where the decoy credentials report native
       credential reads without it.
+    - ``read_only_by_landlock``: extra read-only roots, as ``allow_read``,
+      whose read-only-ness is Landlock's alone: the namespace backend binds
+      them without the mount's read-only flag, so ``access(W_OK)`` answers
+      from the files' modes rather than ``EROFS`` (makepkg tests its settings
+      directories with ``[[ -w ]]`` and stops when that fails). Landlock still
+      refuses every write there and the refusal is reported; where Landlock is
+      missing they are bound read-only as usual. Empty: none.
+    - ``allow_setuid``: the build may set setuid/setgid bits on its files
+      (PKGBUILD review: a package may ship a setuid program, and its contents
+      must show that mode). Ignored when pipguard runs as root: as root under
+      ns the sandbox's files are root's on disk. False (default): refused by
+      seccomp and reported.
     - ``prefer_ns``: under ``auto``, run in the namespace backend where this
       host supports it (probed once per process), else in the plain one with
       the reason recorded. False: ``auto`` stays on the host's own
@@ -142,6 +154,8 @@ class Policy:
     private_roots: Tuple[str, ...] = ()
     vm_accel: str = "kvm"
     prefer_ns: bool = True
+    read_only_by_landlock: Tuple[str, ...] = ()
+    allow_setuid: bool = False
 
     def __post_init__(self) -> None:
         if self.isolation not in ISOLATION_LEVELS:
@@ -179,6 +193,8 @@ class Policy:
         object.__setattr__(self, "allow_hosts", hosts)
         object.__setattr__(self, "allow_write", _absolute_existing(tuple(self.allow_write), "--allow-write"))
         object.__setattr__(self, "allow_read", _absolute_existing(tuple(self.allow_read), "--allow-read"))
+        object.__setattr__(self, "read_only_by_landlock",
+                           _absolute_existing(tuple(self.read_only_by_landlock), "read_only_by_landlock"))
         object.__setattr__(self, "private_roots", _absolute_existing(tuple(self.private_roots),
                                                                      "private_roots"))
         object.__setattr__(self, "keep_env", tuple(self.keep_env))
@@ -198,7 +214,7 @@ class Policy:
     def to_json(self) -> dict:
         data = dataclasses.asdict(self)
         data["allow_hosts"] = [str(h) for h in self.allow_hosts]
-        for key in ("allow_write", "allow_read", "keep_env", "private_roots"):
+        for key in ("allow_write", "allow_read", "keep_env", "private_roots", "read_only_by_landlock"):
             data[key] = list(data[key])
         return data
 

@@ -396,6 +396,54 @@ def test_pid1_shows_nothing_of_pipguard(work, fake_home):
     assert marker not in proc.stdout, proc.stdout
 
 
+def _ns_pids(ancestor):
+    """{namespace pid: host pid} of the processes below ``ancestor`` that live in a pid namespace."""
+    def status(pid):
+        with open(f"/proc/{pid}/status") as fh:
+            return dict(line.rstrip("\n").split(":\t", 1) for line in fh if ":\t" in line)
+
+    found = {}
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            st = status(name)
+            chain, pid = [], int(st["PPid"])
+            while pid > 1 and pid != ancestor and len(chain) < 20:
+                chain.append(pid)
+                pid = int(status(pid)["PPid"])
+        except (OSError, KeyError, ValueError):
+            continue
+        nspid = st.get("NSpid", "").split()
+        if pid == ancestor and len(nspid) == 2:
+            found[int(nspid[1])] = int(name)
+    return found
+
+
+@requires("root")
+def test_pid1_is_not_dumpable_once_the_command_runs(work, fake_home):
+    """pid 1 holds pipguard's memory (index credentials included). Landlock's ptrace scope keeps
+    the sandbox out of /proc/1/mem; where Landlock is missing, what remains is that pid 1 is not
+    dumpable once the launcher took the decoy watch: its /proc files are then the host root's,
+    not the sandbox uid's (seen from outside, as root: while the command runs)."""
+    proc = subprocess.Popen([sys.executable, "-m", "pipguard", "run", "--isolation", "ns", "--", "sleep", "30"],
+                            cwd=work, env=fake_home.env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        pids = {}
+        while time.monotonic() < deadline:
+            pids = _ns_pids(proc.pid)
+            if 1 in pids and 2 in pids and open(f"/proc/{pids[2]}/comm").read().strip() == "sleep":
+                break
+            time.sleep(0.05)
+        assert 1 in pids and 2 in pids, pids
+        command_owner = os.stat(f"/proc/{pids[2]}/environ").st_uid
+        assert command_owner == support.NOBODY  # the sandbox's uid, dumpable: its own files
+        assert os.stat(f"/proc/{pids[1]}/environ").st_uid == 0  # pid 1: not dumpable
+        assert os.stat(f"/proc/{pids[1]}/mem").st_uid == 0
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 @requires("root")
 def test_a_tree_only_its_owner_may_enter_is_readable_read_only(work, fake_home):
     """pip's build environment is a 0700 directory of root's: as root the sandbox is uid
@@ -429,3 +477,43 @@ def test_observe_reads_on_under_ns(work, fake_home):
     both = pg.cli(["run", "--isolation", "ns", "--observe-reads", "--no-observe-reads", "--", "true"],
                 cwd=work, env=fake_home.env())
     assert both.returncode == 2 and "contradict" in both.stderr, both.stderr
+
+
+LANDLOCK_ONLY = textwrap.dedent("""
+    import json, sys
+    from pipguard.policy import Policy
+    from pipguard.sandbox import run
+    isolation, settings = sys.argv[1], sys.argv[2:]
+    script = "; ".join(f'[ -w {d} ] && echo looks-writable; echo x > {d}/planted || echo refused' for d in settings)
+    report = run(["sh", "-c", script], Policy(isolation=isolation, read_only_by_landlock=tuple(settings)))
+    print(json.dumps(report.to_json()))
+""")
+
+
+@pytest.mark.parametrize("backend", pg.BACKEND_PARAMS, indirect=True)
+def test_a_landlock_only_read_grant_looks_writable_and_refuses_writes(backend, work, fake_home):
+    """makepkg's ``[[ -w $SRCDEST ]]``: a ``read_only_by_landlock`` directory answers
+    ``access(W_OK)`` from its mode (a read-only mount would answer EROFS), and the write itself is
+    refused by Landlock, reported, and leaves nothing on the host — on both backends. Below /tmp
+    the namespace's own tmpfs is granted whole to Landlock (its rule covers what is mounted
+    below), so there ns keeps the read-only mount: the write fails all the same."""
+    outside = tempfile.mkdtemp(prefix="pipguard-ns-settings-", dir="/var/tmp")
+    below_tmp = tempfile.mkdtemp(prefix="pipguard-ns-settings-", dir="/tmp")
+    for d in (outside, below_tmp):
+        os.chmod(d, 0o777)  # its mode says: writable by anyone (the sandbox's uid included)
+    try:
+        proc = subprocess.run([sys.executable, "-c", LANDLOCK_ONLY, backend.isolation, outside, below_tmp],
+                              cwd=work, env=fake_home.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              universal_newlines=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        report = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert ("ns" in report["isolation"]["applied"]) == backend.ns
+        said = proc.stdout.split()
+        assert said.count("refused") == 2, proc.stdout
+        assert said.count("looks-writable") == (1 if backend.ns else 2), proc.stdout
+        assert os.listdir(outside) == [] and os.listdir(below_tmp) == []
+        blocked = {e["target"] for e in report["events"] if e["action"] == "blocked" and e["kind"] == "file-write"}
+        assert os.path.join(outside, "planted") in blocked, report["events"]
+    finally:
+        shutil.rmtree(outside, ignore_errors=True)
+        shutil.rmtree(below_tmp, ignore_errors=True)

@@ -61,11 +61,19 @@ package() {{
 HELLO_INSTALL = 'post_install() {\n  echo "pg-hello $1 installed"\n}\n'
 
 
-def test_clean_hello_world(makepkg, pkgdir, fake_home):
+def _applied_everywhere(data, backend):
+    """Every phase ran in the backend the test insisted on (``ns`` is in the applied layers)."""
+    for phase in data["phases"]:
+        applied = phase["report"]["isolation"]["applied"]
+        assert ("ns" in applied) == backend.ns, (phase["name"], applied)
+
+
+def test_clean_hello_world(makepkg, pkgdir, fake_home, backend):
     sha = hashlib.sha256(HELLO_C.encode()).hexdigest()
     d = pkgdir(HELLO.format(sha=sha), {"hello.c": HELLO_C, "hello.install": HELLO_INSTALL})
-    status, data, err = review(d, env=fake_home.env())
+    status, data, err = review(d, "--isolation", backend.isolation, env=fake_home.env())
     assert status == 0, err
+    _applied_everywhere(data, backend)
     assert data["status"] == "clean" and data["verdict"] == "clean"
     assert [(p["name"], p["step"]) for p in data["phases"]] == [
         ("srcinfo", ""), ("sources", ""), ("build", ""), ("install-scripts", "post_install")]
@@ -90,6 +98,33 @@ def test_clean_hello_world(makepkg, pkgdir, fake_home):
         assert phase["written_outside"] == [] and phase["blocked_writes"] == []
     assert "observed clean in this execution is evidence, not proof" in err
     assert "/usr/bin/pg-hello" in err
+
+
+SETUID = """\
+pkgname=pg-setuid
+pkgver=1.0
+pkgrel=1
+arch=('any')
+license=('MIT')
+package() {
+  printf '#!/bin/sh\\necho hi\\n' > tool  # a script: makepkg's strip would rewrite an ELF file
+  install -Dm4755 tool "$pkgdir/usr/bin/pg-setuid"
+  install -Dm2755 tool "$pkgdir/usr/bin/pg-setgid"
+}
+"""
+
+
+def test_a_package_may_ship_a_setuid_program_and_its_mode_is_shown(makepkg, pkgdir, fake_home):
+    """``package()`` installing a setuid program (sudo, ping did) is an ordinary build: under the
+    unprivileged build user the review allows the bit (a pip build's sandbox refuses it) and the
+    contents show the mode, which is what a reviewer must see."""
+    status, data, err = review(pkgdir(SETUID), env=fake_home.env())
+    assert status == 0, err
+    modes = {f["path"]: f["mode"] for f in data["contents"]}
+    assert modes["/usr/bin/pg-setuid"] == "4755", modes
+    assert modes["/usr/bin/pg-setgid"] == "2755", modes
+    assert data["status"] == "clean" and all(p["verdict"] == "clean" for p in data["phases"]), data["message"]
+    assert not [e for p in data["phases"] for e in p["report"]["events"] if e["kind"] == "syscall"]
 
 
 EVIL = """\
@@ -121,17 +156,19 @@ post_install() {
 PLANTED = ("/etc/systemd/system/pipguard-test-evil.service", "/etc/cron.d/pipguard-test-evil")
 
 
-def test_malicious_pkgbuild_is_blocked_and_reported(makepkg, pkgdir, fake_home, loopback_tcp):
+def test_malicious_pkgbuild_is_blocked_and_reported(makepkg, pkgdir, fake_home, loopback_tcp, backend):
     d = pkgdir(EVIL.format(home=fake_home.path, port=loopback_tcp.port), {"evil.install": EVIL_INSTALL})
     try:
-        status, data, err = review(d, env=fake_home.env())
+        status, data, err = review(d, "--isolation", backend.isolation, env=fake_home.env())
         assert status == 1, err
+        _applied_everywhere(data, backend)
         assert data["status"] == "blocked" and data["verdict"] == "blocked"
         build = _phase(data, "build")
         assert build["verdict"] == "blocked"
         blocked = _blocked(build)
         reads = {(e["target"], e["rule"]) for e in blocked if e["kind"] == "file-read"}
-        assert (str(fake_home.secrets["id_rsa"]), "secret-read") in reads, reads
+        # under ns the real home's path is a decoy tmpfs: the read opens a decoy, reported so
+        assert (str(fake_home.secrets["id_rsa"]), "decoy-read" if backend.ns else "secret-read") in reads, reads
         assert any(t.endswith("/home/.ssh/id_rsa") for t, _ in reads), reads  # the decoy ~ too
         net = [e for e in blocked if e["kind"] == "network"]
         assert any(e["target"] == f"127.0.0.1:{loopback_tcp.port}" for e in net), net
@@ -152,7 +189,11 @@ def test_malicious_pkgbuild_is_blocked_and_reported(makepkg, pkgdir, fake_home, 
         assert fake_home.bashrc.read_text() == fake_home.bashrc_original
         assert loopback_tcp.received == []
         stolen = [f for f in data["contents"] if f["path"] == "/usr/share/pg-evil/data"]
-        assert stolen and stolen[0]["size"] == 0  # nothing worth stealing reached the package
+        # nothing worth stealing reached the package: nothing (plain), or the decoys' text (ns)
+        real = fake_home.secrets["id_rsa"].read_bytes()
+        assert stolen and stolen[0]["sha256"] not in {hashlib.sha256(real).hexdigest(),
+                                                      hashlib.sha256(real * 2).hexdigest()}
+        assert (stolen[0]["size"] > 0) == backend.ns, stolen
         assert "Blocked" in err and "[build]" in err
     finally:
         for path in PLANTED:
@@ -201,11 +242,11 @@ package() {{ install -Dm755 "hello-$pkgver/hello" "$pkgdir/usr/bin/pg-fetch"; }}
 """
 
 
-def test_download_host_allowed_and_recorded(makepkg, pkgdir, fake_home, tarball_server):
+def test_download_host_allowed_and_recorded(makepkg, pkgdir, fake_home, tarball_server, backend):
     port, sha = tarball_server
     d = pkgdir(DOWNLOAD.format(port=port, sha=sha))
     # named by the source URL, but loopback: not allowed without --allow-host
-    status, data, err = review(d, env=fake_home.env())
+    status, data, err = review(d, "--isolation", backend.isolation, env=fake_home.env())
     assert status == 1, err
     assert data["pkgbuild"]["hosts_needing_allow"] == [f"127.0.0.1:{port}"]
     assert data["pkgbuild"]["allowed_hosts"] == []
@@ -214,8 +255,10 @@ def test_download_host_allowed_and_recorded(makepkg, pkgdir, fake_home, tarball_
     assert not any(p["name"] == "build" for p in data["phases"])
     assert not data["contents"]
 
-    status, data, err = review(d, "--allow-host", f"127.0.0.1:{port}", env=fake_home.env())
+    status, data, err = review(d, "--allow-host", f"127.0.0.1:{port}", "--isolation", backend.isolation,
+                               env=fake_home.env())
     assert status == 0, err
+    _applied_everywhere(data, backend)
     assert data["pkgbuild"]["allowed_hosts"] == [f"127.0.0.1:{port}"]
     assert data["pkgbuild"]["hosts_needing_allow"] == []
     sources = _phase(data, "sources")

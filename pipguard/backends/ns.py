@@ -132,6 +132,8 @@ IN_NONBLOCK = os.O_NONBLOCK
 #: the base every mount is made under (bubblewrap's choice: sure to exist,
 #: not a symlink, and the sandbox gets its own tmpfs there anyway)
 BASE = "/tmp"
+#: the namespace's own tmpfs, writable whole (the plan grants them to Landlock as well)
+PRIVATE_TMPFS = ("/tmp", "/dev/shm")
 #: in the base tmpfs (``/`` between the two pivots): what a masked file shows
 EMPTY_FILE = "/empty"
 HOSTNAME = "pipguard"
@@ -198,7 +200,10 @@ class NamespaceError(Exception):
 class Mount:
     """One step of the new root. ``kind``: "ro"/"rw" (bind ``source`` at
     ``path``), "ro-owner" (as root: a read-only bind, idmapped like "rw" so
-    that its owner's rights are the sandbox's: see :func:`_owner_only`), "tmpfs", "dev" (the minimal /dev), "device" (bind a device
+    that its owner's rights are the sandbox's: see :func:`_owner_only`),
+    "ro-landlock" (a bind left writable as a mount: Landlock alone refuses
+    writes, so ``access(W_OK)`` answers from the mode, not ``EROFS``; see
+    ``Policy.read_only_by_landlock``), "tmpfs", "dev" (the minimal /dev), "device" (bind a device
     node), "proc", "symlink" (``source`` is the link's text), "decoys" (a
     tmpfs with decoy credentials at a home's path)."""
 
@@ -266,6 +271,11 @@ def _under(path: str, roots: Sequence[str]) -> bool:
     return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
 
+def in_private_tmpfs(path: str) -> bool:
+    """Whether ``path`` (resolved) lies in what the namespace has as its own tmpfs."""
+    return _under(os.path.realpath(path), PRIVATE_TMPFS)
+
+
 def _symlinked_parts(path: str) -> List[Tuple[str, str]]:
     """(component, link text) for every symlink on the way to ``path``."""
     out, sofar = [], ""
@@ -279,12 +289,15 @@ def _symlinked_parts(path: str) -> List[Tuple[str, str]]:
 
 def spec_for(read_paths: Sequence[str], write_paths: Sequence[str], device_paths: Sequence[str],
              homes: Sequence[str], network_all: bool, *, euid: Optional[int] = None,
-             egid: Optional[int] = None, sandbox_home: str = "") -> NamespaceSpec:
+             egid: Optional[int] = None, sandbox_home: str = "",
+             landlock_read_only: Sequence[str] = ()) -> NamespaceSpec:
     """The new root for a plan's grants: ``read_paths``/``write_paths``/
     ``device_paths`` are the OS layer's (they exist or are skipped), ``homes``
     every home directory (each becomes a decoy tmpfs; none is ever bound),
     ``sandbox_home`` the run's own ``$HOME`` (one of the write paths: decoys
-    are planted in it as well). Reads only the host (lstat, readlink), changes nothing."""
+    are planted in it as well), ``landlock_read_only`` read paths bound
+    without the mount's read-only flag (the caller checked that Landlock
+    enforces them). Reads only the host (lstat, readlink), changes nothing."""
     euid = os.geteuid() if euid is None else euid
     egid = os.getegid() if egid is None else egid
     homes = tuple(sorted({os.path.realpath(h) for h in homes if h and h != "/"}))
@@ -319,11 +332,19 @@ def spec_for(read_paths: Sequence[str], write_paths: Sequence[str], device_paths
     # ancestors looked up in a set: the pairwise test was ~250,000 comparisons, 100 ms a plan)
     roots = set(reads)
     reads = [r for r in dict.fromkeys(reads) if not _covered(r, roots, set(masks))]
+    # each its own bind, on top of a read-only one that covers it. Never below the
+    # namespace's own /tmp or /dev/shm: Landlock grants those whole (a rule covers what is
+    # mounted below it), so there the read-only mount is the only barrier and stays
+    by_landlock = [r for r in dict.fromkeys(os.path.realpath(p) for p in landlock_read_only
+                                            if os.path.lexists(p))
+                   if not _under(r, writes) and not _under(r, PRIVATE_TMPFS)]
+    reads = [r for r in reads if r not in by_landlock]
     for link, text in links.items():
         if not _under(link, ["/proc", "/dev"]):
             mounts.append(Mount("symlink", link, text))
     owner_only = euid == 0 and _owner_only
     mounts += [Mount("ro-owner" if owner_only and owner_only(r) else "ro", r, r) for r in reads]
+    mounts += [Mount("ro-landlock", r, r) for r in by_landlock]
     mounts += [Mount("mask", m) for m in masks]
     mounts += [Mount("rw", w, w) for w in writes]
     for dev in device_paths:
@@ -331,8 +352,8 @@ def spec_for(read_paths: Sequence[str], write_paths: Sequence[str], device_paths
         if dev.startswith("/dev/") and os.path.exists(real) and dev != "/dev/shm":
             mounts.append(Mount("device", dev, real))
     # parents first: a tmpfs or a bind before anything mounted below it
-    kinds = {"tmpfs": 0, "dev": 0, "proc": 0, "decoys": 0, "symlink": 1, "ro": 2, "ro-owner": 2, "rw": 2,
-             "mask": 2, "device": 3}
+    kinds = {"tmpfs": 0, "dev": 0, "proc": 0, "decoys": 0, "symlink": 1, "ro": 2, "ro-owner": 2,
+             "ro-landlock": 2, "rw": 2, "mask": 2, "device": 3}
     mounts.sort(key=lambda m: (m.path.rstrip("/").count("/"), kinds[m.kind], m.path))
     if euid == 0:
         uid, gid = OVERFLOW_ID, OVERFLOW_ID
@@ -371,7 +392,7 @@ def _collapse_splits(paths: List[str], homes: Sequence[str] = ()) -> Tuple[List[
     out = list(paths)
     for parent, kids in by_parent.items():
         if len(kids) < COLLAPSE_AT or parent in ("", "/") or os.path.realpath(parent) != parent \
-                or _under(parent, ["/tmp", "/dev/shm"]) or any(_under(h, [parent]) for h in homes):
+                or _under(parent, PRIVATE_TMPFS) or any(_under(h, [parent]) for h in homes):
             continue
         try:
             names = os.listdir(parent)
@@ -540,7 +561,7 @@ def _root_trees(spec: NamespaceSpec) -> Dict[str, int]:
     userns: Dict[Tuple[int, int], int] = {}
     try:
         for mount in spec.mounts:
-            if mount.kind not in ("ro", "ro-owner", "rw"):
+            if mount.kind not in ("ro", "ro-owner", "ro-landlock", "rw"):
                 continue
             tree = _check(_libc.syscall(SYS_OPEN_TREE, AT_FDCWD, _b(mount.source),
                                         OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE),
@@ -670,13 +691,31 @@ def _init(spec: NamespaceSpec, trees: Dict[str, int], status_w: int, control_fd:
         _send_error(control_fd, f"the namespace backend could not build the sandbox's root: {exc}",
                     getattr(exc, "hint", "") or "use --isolation os")
         os._exit(125)
+    # pid 1 holds pipguard's memory (index credentials among it): once the
+    # launcher has taken the decoy watch (pidfd_getfd, a ptrace check that a
+    # non-root launcher passes only while we are dumpable), nobody may read it.
+    # The command's process holds the write end until its execve (O_CLOEXEC),
+    # which comes after the launcher's acknowledgement; it dies with it too.
+    handed_r, handed_w = os.pipe2(os.O_CLOEXEC)
     command = os.fork()
     if command == 0:
         os.close(status_w)
+        os.close(handed_r)
         os.close(decoy_fd)  # pid 1 keeps it; the launcher takes it from there
         os.setsid()  # a session of its own inside: its pgid is visible to it
         return {"decoy_fd": decoy_fd, "decoys": decoys}
     os.close(control_fd)
+    os.close(handed_w)
+    while True:
+        try:
+            if not os.read(handed_r, 1):
+                break
+        except InterruptedError:
+            continue
+    os.close(handed_r)
+    # not dumpable: /proc/1/mem and /proc/1/environ become root's (of the host), so even
+    # where Landlock's ptrace scope is missing the sandbox's uid cannot open them
+    _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     # pid 1: reap everything; the command's status goes out at once, so the
     # run ends when the command does while the rest is still here to be
     # recorded as lingering (then it is killed, and we exit with nothing left)
@@ -817,7 +856,7 @@ def _place(mount: Mount, trees: Dict[str, int]) -> None:
         _mount(source, target, None, MS_BIND | MS_REC)
     if kind in ("ro", "ro-owner"):
         _setattr(target, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
-    elif kind == "rw":
+    elif kind in ("rw", "ro-landlock"):
         _setattr(target, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
     else:  # device: read-write device nodes, nothing else
         _setattr(target, MOUNT_ATTR_NOSUID)

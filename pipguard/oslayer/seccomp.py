@@ -110,8 +110,9 @@ DENY_CONDITIONAL: Tuple[str, ...] = ("personality", "ioctl", "socket", "socketpa
                                      "chmod", "fchmod", "fchmodat", "fchmodat2", "mknod", "mknodat")
 #: where the mode is among each mode-setting syscall's arguments
 MODE_ARG: Dict[str, int] = {"chmod": 1, "fchmod": 1, "fchmodat": 2, "fchmodat2": 2, "mknod": 1, "mknodat": 2}
-#: setuid and setgid: a build never needs them, and as root under ns a file the sandbox
-#: writes is root's on the host, where the mount's nosuid does not hold
+#: setuid and setgid: a pip build never needs them, and as root under ns a file the sandbox
+#: writes is root's on the host, where the mount's nosuid does not hold (allowed only when
+#: the spec says so: a PKGBUILD review, never as root)
 PRIVILEGED_MODE_BITS = (0o4000, 0o2000)
 PROCESS_CREATION: Tuple[str, ...] = ("fork", "vfork", "clone")
 #: notified for observation (answered CONTINUE)
@@ -254,7 +255,7 @@ def build_filter(spec: "OsLayerSpec", *, notify: bool):
         _add(f, deny("ioctl"), "ioctl", A(1, _sc.MASKED_EQ, 0xFFFFFFFF, request))
 
     # No setuid/setgid bit from chmod/mknod (a register argument: no TOCTOU).
-    for name, arg in MODE_ARG.items():
+    for name, arg in MODE_ARG.items() if not spec.allow_privileged_modes else ():
         for bit in PRIVILEGED_MODE_BITS:
             _add(f, deny(name), name, A(arg, _sc.MASKED_EQ, bit, bit))
 
@@ -316,12 +317,12 @@ def build_filter(spec: "OsLayerSpec", *, notify: bool):
 
 _LOADED: list = []  # keep the loaded filter object alive: releasing it must not touch the listener
 #: filters built before a fork, by what they depend on (see prebuild)
-_BUILT: Dict[Tuple[str, bool, bool, bool], Any] = {}
+_BUILT: Dict[Tuple[str, bool, bool, bool, bool], Any] = {}
 
 
-def _key(spec: "OsLayerSpec", notify: bool) -> Tuple[str, bool, bool, bool]:
+def _key(spec: "OsLayerSpec", notify: bool) -> Tuple[str, bool, bool, bool, bool]:
     """Everything :func:`build_filter` reads."""
-    return (spec.network, spec.allow_subprocess, spec.observe_reads, notify)
+    return (spec.network, spec.allow_subprocess, spec.observe_reads, spec.allow_privileged_modes, notify)
 
 
 def prebuild(spec: "OsLayerSpec", *, notify: bool) -> None:

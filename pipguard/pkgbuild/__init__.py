@@ -62,7 +62,7 @@ def review(directory: str, *, allow_hosts: Sequence[HostPort] = (), isolation: s
 
         vm.preflight(vm_accel)  # no qemu, kernel or working KVM: exit 2 with the reason
     user = builduser.choose()
-    base = tempfile.mkdtemp(prefix="pipguard-pkgbuild-")
+    base = tempfile.mkdtemp(prefix="pipguard-pkgbuild-", dir=_layout_parent())
     try:
         layout = Layout(base)
         _stage(directory, layout, user)
@@ -72,6 +72,24 @@ def review(directory: str, *, allow_hosts: Sequence[HostPort] = (), isolation: s
         return PkgbuildResult.from_json(data)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _layout_parent() -> str:
+    """Where the review's directories go: the temp dir, unless that is below ``/tmp`` or
+    ``/dev/shm`` — then ``/var/tmp``. In the namespace backend those two are the sandbox's own
+    tmpfs, which Landlock grants whole: the settings dirs makepkg must see as writable but not
+    write (``Policy.read_only_by_landlock``) could be protected there only by a read-only mount,
+    which makepkg refuses. Where ``/var/tmp`` is missing the default stays, and ``auto`` runs
+    the review on the host's filesystem (``review.Reviewer``)."""
+    from pipguard.backends.ns import in_private_tmpfs
+
+    default = tempfile.gettempdir()
+    if not in_private_tmpfs(default):
+        return default
+    fallback = "/var/tmp"
+    if os.path.isdir(fallback) and os.access(fallback, os.W_OK | os.X_OK):
+        return fallback
+    return default
 
 
 def _stage(directory: str, layout, user) -> None:
@@ -105,6 +123,7 @@ def _preload() -> None:
 
     import pipguard._child  # noqa: F401
     import pipguard.backends._vm_relay  # noqa: F401 (--isolation vm: the worker runs QEMU)
+    import pipguard.backends.ns  # noqa: F401 (auto and ns: the namespace backend)
     import pipguard.backends.vm  # noqa: F401
     import pipguard.files  # noqa: F401
     import pipguard.launcher  # noqa: F401

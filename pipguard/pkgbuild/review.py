@@ -25,6 +25,7 @@ import shutil
 import stat
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from pipguard.backends.ns import in_private_tmpfs
 from pipguard.errors import UsageError
 from pipguard.pkgbuild import srcinfo as srcinfo_mod
 from pipguard.pkgbuild.result import Phase, PkgbuildResult, package_contents
@@ -107,12 +108,15 @@ class Reviewer:
         # makepkg first checks that each of its settings directories exists and that its
         # mode lets this user write it (mkdir -p, [[ -w ]]): each phase sees them all, read-only
         # unless it writes them (on the host they exist anyway; in a VM only what is shared does)
+        # (a read-only mount would answer EROFS: under ns they are read-only by Landlock alone)
         settings = [d for d in (self.layout.sources, self.layout.out) if d not in write]
-        read = [*read, *settings]
-        # prefer_ns=False: not the namespace backend yet: makepkg's [[ -w ]] on its settings dirs
-        # fails on a read-only bind (docs/sandbox.md, "Not done yet")
         policy = Policy(isolation=self.isolation, vm_accel=self.vm_accel, allow_hosts=tuple(hosts),
-                        timeout=self.timeout, prefer_ns=False,
+                        timeout=self.timeout, read_only_by_landlock=tuple(settings),
+                        # below the namespace's own tmpfs those dirs could only be read-only
+                        # mounts, which makepkg refuses (pkgbuild._layout_parent)
+                        prefer_ns=not in_private_tmpfs(self.layout.base),
+                        # package() may install a setuid program (as the unprivileged build user)
+                        allow_setuid=True,
                         allow_read=tuple(dict.fromkeys(read)), allow_write=tuple(dict.fromkeys(write)),
                         keep_env=MAKEPKG_DIRS, writable_cwd=writable_cwd)
         env = dict(self.env, **self.layout.makepkg_env(builddir or self.layout.build))
