@@ -93,7 +93,7 @@ class Handlers:
         self.add_network = collector.add_network
         self._dns = collector.dns  # address -> host name, from lookups seen in the run
         self._lifetime = lifetime
-        self.root_pid = lifetime.root_pid
+        self.command_pid = lifetime.command_pid
         self._listener = listener
         self._catch_up = catch_up
         #: reads the sandbox's memory (/proc/PID/mem) for pointer arguments
@@ -139,9 +139,10 @@ class Handlers:
         argv = tuple(self.memory.string_array(note.pid, argv_addr)) or (path,)
         self.memory.forget(note.pid)
         ppid, _comm = notify.proc_stat(note.pid)
-        if note.pid == self.root_pid and not self._root_exec_seen:
+        if note.pid == self.command_pid and not self._root_exec_seen:
             self._root_exec_seen = True  # the launcher's own exec of the command
-            self.evidence.processes[note.pid] = ProcessRecord(note.pid, os.getpid(), argv)
+            record = self.evidence.processes.get(note.pid)
+            self.evidence.processes[note.pid] = ProcessRecord(note.pid, record.ppid if record else ppid, argv)
             return
         # One record per pid: a re-exec (shell `exec`, pyenv shims) updates the
         # argv; every exec is still an event of its own.

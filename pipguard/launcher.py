@@ -155,6 +155,19 @@ class Started:
     #: what a backend other than plain set up (pipguard.backends.Entered)
     entered: Optional[Entered] = None
 
+    @property
+    def command_pid(self) -> int:
+        """Host pid of the process that execs the command: the first process,
+        or (ns) the one it made inside the namespaces."""
+        return self.entered.command_pid if self.entered is not None else self.process.pid
+
+    @property
+    def command_ppid(self) -> int:
+        """Its parent: the keeper, or (ns) the namespace's pid 1."""
+        if self.entered is not None and self.entered.helpers:
+            return self.entered.helpers[0]
+        return self.process.keeper_pid
+
 
 def start(plan: Plan, meanwhile: Optional[Callable[[], None]] = None,
           rlimits: Sequence[Tuple[int, int, int]] = (),

@@ -29,7 +29,10 @@ class Lifetime:
     def __init__(self, plan: Plan, started: Started, collector: Collector, cgroup=None) -> None:
         self.settings = plan.settings
         self.process = started.process
+        #: the first process, whose end is the run's end (ns: it waits for the command's status)
         self.root_pid = started.process.pid
+        #: the command's process: the first record of the run (ns: not the first process)
+        self.command_pid = started.command_pid
         self.collector = collector
         self.evidence = collector.evidence
         #: the run's cgroup (pipguard.limits.RunCgroup) or None
@@ -40,9 +43,9 @@ class Lifetime:
         #: the run has a pid namespace of its own: its pids are not ours to compare
         self.own_pid_namespace = entered is not None and entered.pid_namespace
         self._root_ended = 0.0
-        self.evidence.processes[self.root_pid] = ProcessRecord(
-            self.root_pid, started.process.keeper_pid, tuple(plan.argv))
-        self.evidence.process_order.append(self.root_pid)
+        self.evidence.processes[self.command_pid] = ProcessRecord(
+            self.command_pid, started.command_ppid, tuple(plan.argv))
+        self.evidence.process_order.append(self.command_pid)
 
     def descendants(self) -> Set[int]:
         """Every live process of the sandbox: the tree under its keeper, the
@@ -148,12 +151,12 @@ class Lifetime:
                                      {"limit": detail_of[name], "how": how}, always=True)
 
         if self.evidence.limit_hit == "cpu":
-            hit("cpu", self.root_pid, "cgroup cpu.stat passed the limit; the run was killed")
+            hit("cpu", self.command_pid, "cgroup cpu.stat passed the limit; the run was killed")
         if self.cgroup is not None:
             if self.cgroup.memory_events():
-                hit("memory", self.root_pid, "the kernel's OOM killer ended a process of the run")
+                hit("memory", self.command_pid, "the kernel's OOM killer ended a process of the run")
             if self.cgroup.pids_events():
-                hit("processes", self.root_pid, "forks failed: the run had pids.max tasks")
+                hit("processes", self.command_pid, "forks failed: the run had pids.max tasks")
         for pid, status in sorted(self.process.reaped.items()):
             if os.WIFSIGNALED(status) and os.WTERMSIG(status) in RLIMIT_SIGNALS:
                 name = RLIMIT_SIGNALS[os.WTERMSIG(status)]

@@ -170,9 +170,9 @@ def _watch_decoys(started):
 def _decoy_evidence(watch, supervisor) -> None:
     """Every decoy credential a process of the sandbox opened is a finding
     (the real one was never there: "blocked"). inotify carries no pid: the
-    first process stands for the sandbox."""
+    command's process stands for the sandbox."""
     for when, path, how in watch.stop():
-        supervisor.collector.add_event("file-read", "blocked", "ns", supervisor.root_pid, path,
+        supervisor.collector.add_event("file-read", "blocked", "ns", supervisor.started.command_pid, path,
                                        "decoy-read", {"decoy": True, "seen": f"inotify {how}"}, when=when)
 
 
@@ -183,7 +183,7 @@ def _sweep_modes(plan: Plan, supervisor, started_at: float) -> None:
 
     roots = [r for r in plan.write_roots if r not in plan.namespace_tmpfs]
     for path, mode, clean in ns.sweep_modes(roots, started_at - 1):
-        supervisor.collector.add_event("file-write", "blocked", "ns", supervisor.root_pid, path,
+        supervisor.collector.add_event("file-write", "blocked", "ns", supervisor.started.command_pid, path,
                                        "privileged-mode", {"mode": f"{mode:o}", "now": f"{clean:o}"})
 
 
@@ -211,7 +211,7 @@ def _report(plan: Plan, started, evidence, written, started_at: float,
     processes = []
     for key in evidence.process_order:
         record = evidence.processes[key]
-        if key == started.process.pid:
+        if key == started.command_pid:
             record = ProcessRecord(record.pid, record.ppid, record.argv, evidence.exit_code,
                                    bool(evidence.timed_out or evidence.interrupted))
         elif record.pid in evidence.killed:

@@ -93,7 +93,6 @@ class Supervisor:
         #: the run's bounds (timeout, event cap, limits): the plan's, never the Policy's
         self.settings = plan.settings
         self.started = started
-        self.root_pid = started.process.pid
         # the evidence collector, which the proxy and the ns decoy watch feed too
         self.collector = Collector(plan.settings.max_events)
         self.evidence = self.collector.evidence
