@@ -168,25 +168,29 @@ static int resolve(const char *path, char *out)
 static int fast_open(responder_t *r, const struct seccomp_notif *n, int kind)
 {
     const uint64_t *a = n->data.args;
-    uint64_t path_addr, flags = 0;
+    uint64_t path_addr, flags = 0, mode = 0;
     int dirfd = AT_FDCWD_;
     char buf[2 * PATH_LIMIT + 2];
     char *path = buf + PATH_LIMIT + 1; /* room to prepend a base directory */
 
     switch (kind) {
-    case KIND_OPEN: path_addr = a[0]; flags = a[1]; break;
-    case KIND_CREAT: path_addr = a[0]; flags = O_CREAT | O_WRONLY; break;
-    case KIND_OPENAT: dirfd = (int)(int32_t)a[0]; path_addr = a[1]; flags = a[2]; break;
+    case KIND_OPEN: path_addr = a[0]; flags = a[1]; mode = a[2]; break;
+    case KIND_CREAT: path_addr = a[0]; flags = O_CREAT | O_WRONLY; mode = a[1]; break;
+    case KIND_OPENAT: dirfd = (int)(int32_t)a[0]; path_addr = a[1]; flags = a[2]; mode = a[3]; break;
     case KIND_OPENAT2: {
         uint64_t how[3];
         dirfd = (int)(int32_t)a[0]; path_addr = a[1];
         if (read_how(n->pid, a[2], how) || how[2])
             return 0; /* RESOLVE_* (IN_ROOT changes what "/" means): Python decides */
         flags = how[0];
+        mode = how[1];
         break;
     }
     default: return 0;
     }
+    /* a new file with a setuid/setgid mode: Python decides (Handlers._file_decision) */
+    if ((flags & O_CREAT || (flags & O_TMPFILE) == O_TMPFILE) && (mode & 06000))
+        return 0;
     ssize_t len = read_string(n->pid, path_addr, path, PATH_LIMIT);
     if (len <= 0)
         return 0;

@@ -41,6 +41,7 @@ from pipguard.report import ALLOWED, BLOCKED, ProcessRecord
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 HANDLED = -1  # a handler already answered the notification itself
 _AT_FDCWD = -100
+_O_TMPFILE = getattr(os, "O_TMPFILE", 0o20200000)
 _MSG_FASTOPEN = 0x20000000
 _NSCD_SOCKET_TYPE = socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC
 _SCAN_INTERVAL = 0.05
@@ -421,13 +422,21 @@ class Handlers:
         return lambda other: other == pid or other in self.evidence.processes
 
     def _file_decision(self, note: notify.Notification, dirfd: int, path_addr: int,
-                       flags: int, in_root: bool = False) -> int:
+                       flags: int, mode: int = 0, in_root: bool = False) -> int:
         raw = self.memory.string(note.pid, path_addr)
         if not raw:
             return 0
         if in_root:  # openat2 RESOLVE_IN_ROOT: "/" means dirfd
             raw = raw.lstrip("/") or "."
         writing = bool(flags & WRITE_FLAGS)
+        if (flags & os.O_CREAT or flags & _O_TMPFILE == _O_TMPFILE) and mode & rules.PRIVILEGED_MODES:
+            # the open(O_CREAT, 04755) way to what chmod is refused: as root under ns the new
+            # file would be a setuid-root program on the host while the run lasts (the native
+            # responder forwards these; the mode is a register argument: no TOCTOU)
+            path = self._resolve(note.pid, dirfd, raw)
+            self.add_event("file-write", BLOCKED, "supervisor", note.pid, path, "privileged-mode",
+                           {"syscall": "open", "path": raw, "flags": hex(flags), "mode": f"{mode & 0o7777:o}"})
+            return errno.EPERM
         # Fast path (the hot one: every open of a build): a read of a normalised
         # absolute path under a root the sandbox cannot write (so no symlink
         # of its own making on the way) needs no realpath. Everything else is
@@ -467,23 +476,25 @@ class Handlers:
         return errno.EACCES
 
     def on_open(self, note: notify.Notification) -> int:
-        return self._file_decision(note, _AT_FDCWD, note.args[0], note.args[1])
+        return self._file_decision(note, _AT_FDCWD, note.args[0], note.args[1], note.args[2])
 
     def on_creat(self, note: notify.Notification) -> int:
-        return self._file_decision(note, _AT_FDCWD, note.args[0], os.O_CREAT | os.O_WRONLY)
+        return self._file_decision(note, _AT_FDCWD, note.args[0], os.O_CREAT | os.O_WRONLY, note.args[1])
 
     def on_openat(self, note: notify.Notification) -> int:
         dirfd = note.args[0] & 0xFFFFFFFF
         dirfd = dirfd - (1 << 32) if dirfd >= 1 << 31 else dirfd
-        return self._file_decision(note, dirfd, note.args[1], note.args[2])
+        return self._file_decision(note, dirfd, note.args[1], note.args[2], note.args[3])
 
     def on_openat2(self, note: notify.Notification) -> int:
         import struct
 
         # struct open_how { u64 flags; u64 mode; u64 resolve; }
         raw = self.memory.read(note.pid, note.args[2], 24)
-        flags, _mode, resolve = struct.unpack("=QQQ", raw) if len(raw) == 24 else (0, 0, 0)
+        # (in memory, unlike open's and openat's registers: a second thread could change the
+        # mode after this read; the after-run sweep of ns as root is the backstop there)
+        flags, mode, resolve = struct.unpack("=QQQ", raw) if len(raw) == 24 else (0, 0, 0)
         dirfd = note.args[0] & 0xFFFFFFFF
         dirfd = dirfd - (1 << 32) if dirfd >= 1 << 31 else dirfd
-        return self._file_decision(note, dirfd, note.args[1], flags,
+        return self._file_decision(note, dirfd, note.args[1], flags, mode,
                                    in_root=bool(resolve & _RESOLVE_IN_ROOT))

@@ -466,8 +466,9 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
                                         [*DEVICES, *_tty_devices()], homes, network == "all",
                                         sandbox_home=home_dir,
                                         # without Landlock a writable mount would be no barrier at all
+                                        # (ABI 3: truncate(2) is Landlock's from there on)
                                         landlock_read_only=policy.read_only_by_landlock
-                                        if facts is not None and facts.landlock_abi >= 1 else ())
+                                        if facts is not None and facts.landlock_abi >= 3 else ())
                 readable += namespace.decoy_homes
                 # in the run's own $HOME before anything runs: they are not the build's writes
                 ns.plant_decoys(home_dir, namespace.token, ns.HOME_DECOYS)
@@ -481,7 +482,6 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
                 notify=True,
                 observe_reads=policy.observe_reads if policy.observe_reads is not None
                 else not in_ns,
-                allow_privileged_modes=policy.allow_setuid and os.geteuid() != 0,
             )
     return Plan(
         argv=tuple(argv), executable=executable, cwd=cwd, run_dir=run_dir, fifo=fifo,
@@ -531,4 +531,6 @@ def uses_namespaces(policy: Policy, facts: Any, os_available: bool = True) -> bo
 
 
 def cleanup(plan: Plan) -> None:
-    shutil.rmtree(plan.run_dir, ignore_errors=True)
+    from pipguard.files import remove_tree
+
+    remove_tree(plan.run_dir)

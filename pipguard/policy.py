@@ -119,11 +119,6 @@ class Policy:
       directories with ``[[ -w ]]`` and stops when that fails). Landlock still
       refuses every write there and the refusal is reported; where Landlock is
       missing they are bound read-only as usual. Empty: none.
-    - ``allow_setuid``: the build may set setuid/setgid bits on its files
-      (PKGBUILD review: a package may ship a setuid program, and its contents
-      must show that mode). Ignored when pipguard runs as root: as root under
-      ns the sandbox's files are root's on disk. False (default): refused by
-      seccomp and reported.
     - ``prefer_ns``: under ``auto``, run in the namespace backend where this
       host supports it (probed once per process), else in the plain one with
       the reason recorded. False: ``auto`` stays on the host's own
@@ -155,7 +150,6 @@ class Policy:
     vm_accel: str = "kvm"
     prefer_ns: bool = True
     read_only_by_landlock: Tuple[str, ...] = ()
-    allow_setuid: bool = False
 
     def __post_init__(self) -> None:
         if self.isolation not in ISOLATION_LEVELS:

@@ -70,6 +70,12 @@ PROC_PRIVATE = frozenset((
     "syscall", "smaps", "smaps_rollup", "numa_maps", "pagemap", "root", "cwd", "exe",
     "io", "personality", "wchan", "timers", "mountinfo", "mounts",
 ))
+# Mode bits a build's files never keep: setuid and setgid (as root under ns, a file the sandbox
+# writes is root's on the host, where the mount's nosuid does not hold). Refused to chmod, mknod
+# and creating opens (seccomp, supervisor), cleared after the run (ns as root, the plain
+# backend's uid release) together with world-write.
+PRIVILEGED_MODES = 0o4000 | 0o2000
+CLEARED_MODES = PRIVILEGED_MODES | 0o0002
 # Rules that are listed but never make the verdict: refusals that ordinary tools
 # trigger (urllib3's IPv6 probe binds ::1 port 0; glibc tries nscd's socket on user
 # lookups; another Python version caches pipguard's hook) and lookups of

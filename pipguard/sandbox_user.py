@@ -57,7 +57,7 @@ import time
 from dataclasses import dataclass
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
-from pipguard import acl
+from pipguard import acl, rules
 from pipguard.errors import SandboxUserError
 
 #: sandbox uids (and gids): 1000 concurrent runs
@@ -470,7 +470,7 @@ def _normalise_owned(root: str, uid: int, owner: Tuple[int, int], notes: List[st
                     os.removexattr(path, "system.posix_acl_default" if default else acl.XATTR,
                                    follow_symlinks=False)
             mode = stat.S_IMODE(st.st_mode)
-            clean = mode & ~(stat.S_ISUID | stat.S_ISGID | stat.S_IWOTH)
+            clean = mode & ~rules.CLEARED_MODES
             os.chmod(path, clean)
             if clean != mode:
                 notes.append(f"{path}: mode {mode:o} -> {clean:o}")

@@ -242,19 +242,23 @@ def test_no_setuid_root_file_is_left_on_the_host(work, fake_home):
     """As root under ns the build dir is idmapped: a file the sandbox writes is root's on the
     host, where the mount's nosuid does not hold. A build that copies a program and makes it
     setuid (chmod: refused in the kernel and reported) or creates one with a setuid mode
-    (open(O_CREAT, 0o4755): cleared after the run and reported) leaves no setuid-root file."""
+    (open(O_CREAT, 0o6755): refused by the supervisor before the file exists, and reported —
+    the native responder forwards such opens) leaves no setuid-root file, not even while the
+    run lasts."""
     r = pg.cli(["run", "--", "sh", "-c",
                 "cp /usr/bin/id ./suid; chmod 4755 ./suid; chmod 2755 ./suid; "
-                f"{sys.executable} -I -c \"import os; os.close(os.open('made', os.O_CREAT | os.O_WRONLY, 0o6755))\""],
+                f"{sys.executable} -I -c \"import os; os.close(os.open('made', os.O_CREAT | os.O_WRONLY, 0o6755))\"; "
+                "ls -l made 2>&1"],
                cwd=work, env=fake_home.env())
     assert "ns" in r.report["isolation"]["applied"], r.report["isolation"]
-    for name in ("suid", "made"):
-        st = os.lstat(work / name)
-        assert not st.st_mode & 0o6000, (name, oct(st.st_mode), st.st_uid)
+    assert not (work / "made").exists() and "No such file" in r.stdout, r.stdout
+    st = os.lstat(work / "suid")
+    assert not st.st_mode & 0o6000, (oct(st.st_mode), st.st_uid)
     denied = r.blocked(kind="syscall", rule="syscall-denied")
     assert any(e["target"] in ("chmod", "fchmodat", "fchmodat2") for e in denied), r.report["events"]
-    swept = r.blocked(kind="file-write", rule="privileged-mode")
-    assert [e["target"] for e in swept] == [str(work / "made")], r.report["events"]
+    (refused,) = r.blocked(kind="file-write", rule="privileged-mode")
+    assert refused["target"] == str(work / "made") and refused["layer"] == "supervisor", refused
+    assert refused["detail"]["mode"] == "6755", refused
     assert r.report["verdict"] == "blocked"
 
 

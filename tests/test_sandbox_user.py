@@ -522,3 +522,38 @@ def test_a_read_tree_is_walked_again_only_when_it_changed(work, fake_home, monke
         assert base in walks  # its directory changed: walked again, the new file granted
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+REMOVE_TREE = textwrap.dedent("""
+    import os, shutil, sys
+    from pipguard.files import remove_tree
+    top = sys.argv[1]
+    os.makedirs(os.path.join(top, "keep", "deeper", "k"))
+    open(os.path.join(top, "keep", "deeper", "k", "x"), "w").close()
+    os.chmod(os.path.join(top, "keep", "deeper"), 0o111)
+    os.chmod(os.path.join(top, "keep"), 0o111)  # what a sandbox can do to its own dirs
+    shutil.rmtree(top, ignore_errors=True)
+    print("rmtree left", os.path.lexists(top))
+    remove_tree(top)
+    print("remove_tree left", os.path.lexists(top))
+""")
+
+
+@requires("root")
+def test_a_tree_the_sandbox_closed_to_its_owner_is_removed(nobody_python):
+    """Without root's override a plain rmtree skips a directory the sandbox made 0111 and leaves
+    everything below it (once a setuid program of the build user in /var/tmp); pipguard's
+    clean-up (``files.remove_tree``, used for each run's dir and the PKGBUILD review's) opens
+    each such directory to its owner again and removes it. Run as nobody."""
+    base = tempfile.mkdtemp(prefix="pipguard-remove-tree-")
+    os.chmod(base, 0o755)
+    try:
+        os.chown(base, support.NOBODY, support.NOBODY)
+        proc = support.run_as_nobody([nobody_python, "-c", REMOVE_TREE, os.path.join(base, "top")],
+                                     env={"PATH": os.defpath, "PYTHONPATH": os.path.dirname(os.path.dirname(
+                                         os.path.abspath(sandbox_user.__file__)))},
+                                     capture_output=True, text=True, timeout=60, cwd="/")
+        assert proc.returncode == 0, proc.stderr
+        assert "rmtree left True" in proc.stdout and "remove_tree left False" in proc.stdout, proc.stdout
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -921,7 +921,6 @@ def plant_decoys(home: str, token: str, decoys: Optional[Mapping[str, str]] = No
 
 # -------------------------------------------------------------- after the run
 #: mode bits a file the sandbox wrote may not keep on the host (see :func:`sweep_modes`)
-PRIVILEGED_BITS = stat.S_ISUID | stat.S_ISGID
 
 
 def sweep_modes(roots: Sequence[str], since: float) -> List[Tuple[str, int, int]]:
@@ -944,17 +943,17 @@ def sweep_modes(roots: Sequence[str], since: float) -> List[Tuple[str, int, int]
                 except OSError:
                     continue
                 mode = stat.S_IMODE(st.st_mode)
-                if stat.S_ISLNK(st.st_mode) or not mode & (PRIVILEGED_BITS | stat.S_IWOTH) \
+                if stat.S_ISLNK(st.st_mode) or not mode & rules.CLEARED_MODES \
                         or st.st_ctime < since:
                     continue
                 if stat.S_ISDIR(st.st_mode) and mode & stat.S_ISVTX:
                     continue  # a sticky shared dir (the run's own tmp layout): left as it is
-                clean = mode & ~(PRIVILEGED_BITS | stat.S_IWOTH)
+                clean = mode & ~rules.CLEARED_MODES
                 try:
                     os.chmod(path, clean, follow_symlinks=False)
                 except (OSError, NotImplementedError):
                     continue
-                if mode & PRIVILEGED_BITS and not stat.S_ISDIR(st.st_mode):
+                if mode & rules.PRIVILEGED_MODES and not stat.S_ISDIR(st.st_mode):
                     found.append((path, mode, clean))
     return found
 

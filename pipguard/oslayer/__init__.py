@@ -31,8 +31,6 @@ class OsLayerSpec:
     - ``notify``: route denials and observations to a seccomp listener fd.
     - ``observe_reads``: with notify, also notify opens for reading.
     - ``drop_capabilities``: empty every capability set (as root: also lock securebits).
-    - ``allow_privileged_modes``: let chmod/mknod set setuid/setgid bits
-      (False: refused by seccomp, see ``seccomp.PRIVILEGED_MODE_BITS``).
     Paths that do not exist are skipped.
     """
 
@@ -45,7 +43,6 @@ class OsLayerSpec:
     notify: bool = True
     observe_reads: bool = False
     drop_capabilities: bool = True
-    allow_privileged_modes: bool = False
 
     def __post_init__(self) -> None:
         if self.network not in NETWORK_MODES:
@@ -67,7 +64,6 @@ class OsLayerSpec:
             "notify": self.notify,
             "observe_reads": self.observe_reads,
             "drop_capabilities": self.drop_capabilities,
-            "allow_privileged_modes": self.allow_privileged_modes,
         }
 
     @classmethod
@@ -86,7 +82,6 @@ class OsLayerSpec:
             notify=bool(data.get("notify", True)),
             observe_reads=bool(data.get("observe_reads", False)),
             drop_capabilities=bool(data.get("drop_capabilities", True)),
-            allow_privileged_modes=bool(data.get("allow_privileged_modes", False)),
         )
 
 

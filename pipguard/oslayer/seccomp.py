@@ -25,6 +25,7 @@ import os
 import platform
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
+from pipguard import rules
 from pipguard.errors import KernelError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -110,10 +111,8 @@ DENY_CONDITIONAL: Tuple[str, ...] = ("personality", "ioctl", "socket", "socketpa
                                      "chmod", "fchmod", "fchmodat", "fchmodat2", "mknod", "mknodat")
 #: where the mode is among each mode-setting syscall's arguments
 MODE_ARG: Dict[str, int] = {"chmod": 1, "fchmod": 1, "fchmodat": 2, "fchmodat2": 2, "mknod": 1, "mknodat": 2}
-#: setuid and setgid: a pip build never needs them, and as root under ns a file the sandbox
-#: writes is root's on the host, where the mount's nosuid does not hold (allowed only when
-#: the spec says so: a PKGBUILD review, never as root)
-PRIVILEGED_MODE_BITS = (0o4000, 0o2000)
+#: setuid and setgid, one rule each (pipguard.rules.PRIVILEGED_MODES)
+PRIVILEGED_MODE_BITS = tuple(1 << i for i in range(12) if rules.PRIVILEGED_MODES >> i & 1)
 PROCESS_CREATION: Tuple[str, ...] = ("fork", "vfork", "clone")
 #: notified for observation (answered CONTINUE)
 OBSERVE: Tuple[str, ...] = (
@@ -255,7 +254,7 @@ def build_filter(spec: "OsLayerSpec", *, notify: bool):
         _add(f, deny("ioctl"), "ioctl", A(1, _sc.MASKED_EQ, 0xFFFFFFFF, request))
 
     # No setuid/setgid bit from chmod/mknod (a register argument: no TOCTOU).
-    for name, arg in MODE_ARG.items() if not spec.allow_privileged_modes else ():
+    for name, arg in MODE_ARG.items():
         for bit in PRIVILEGED_MODE_BITS:
             _add(f, deny(name), name, A(arg, _sc.MASKED_EQ, bit, bit))
 
@@ -317,12 +316,12 @@ def build_filter(spec: "OsLayerSpec", *, notify: bool):
 
 _LOADED: list = []  # keep the loaded filter object alive: releasing it must not touch the listener
 #: filters built before a fork, by what they depend on (see prebuild)
-_BUILT: Dict[Tuple[str, bool, bool, bool, bool], Any] = {}
+_BUILT: Dict[Tuple[str, bool, bool, bool], Any] = {}
 
 
-def _key(spec: "OsLayerSpec", notify: bool) -> Tuple[str, bool, bool, bool, bool]:
+def _key(spec: "OsLayerSpec", notify: bool) -> Tuple[str, bool, bool, bool]:
     """Everything :func:`build_filter` reads."""
-    return (spec.network, spec.allow_subprocess, spec.observe_reads, spec.allow_privileged_modes, notify)
+    return (spec.network, spec.allow_subprocess, spec.observe_reads, notify)
 
 
 def prebuild(spec: "OsLayerSpec", *, notify: bool) -> None:

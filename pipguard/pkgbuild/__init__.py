@@ -14,6 +14,7 @@ import tempfile
 from typing import Callable, Mapping, Optional, Sequence
 
 from pipguard.errors import PipguardError, UsageError
+from pipguard.files import remove_tree
 from pipguard.pkgbuild.result import PackageFile, Phase, PkgbuildResult
 from pipguard.policy import HostPort
 
@@ -71,7 +72,7 @@ def review(directory: str, *, allow_hosts: Sequence[HostPort] = (), isolation: s
         data = builduser.run_as_build_user(user, reviewer.run, preload=_preload)
         return PkgbuildResult.from_json(data)
     finally:
-        shutil.rmtree(base, ignore_errors=True)
+        remove_tree(base)
 
 
 def _layout_parent() -> str:
@@ -99,6 +100,10 @@ def _stage(directory: str, layout, user) -> None:
     shutil.copytree(directory, layout.input, symlinks=True)
     for root, dirs, files in os.walk(layout.input):
         for name in dirs + [""]:
+            # os.walk lists a link to a directory among dirs: chmod would follow it and open
+            # up whatever the PKGBUILD's link names (/root...), as root (review of 2026-12-01)
+            if name and os.path.islink(os.path.join(root, name)):
+                continue
             os.chmod(os.path.join(root, name), 0o755)
         for name in files:
             path = os.path.join(root, name)

@@ -20,12 +20,15 @@ EXIT_CODES = {"clean": exitcodes.OK, "blocked": exitcodes.REFUSED, "error": exit
 
 @dataclass(frozen=True)
 class PackageFile:
-    """One entry of a package directory (``$pkgdir``), as pacman would install it.
+    """One entry of a package, as pacman would install it.
 
     ``path`` is absolute as installed (``/usr/bin/hello``); ``kind`` is
-    ``file``, ``symlink`` or ``other`` (fifo, device...); ``mode`` the octal
-    permission bits including setuid/setgid/sticky (``"4755"``); ``sha256``
-    is empty for anything but a regular file; ``target`` is a link's text."""
+    ``file``, ``symlink``, ``hardlink`` or ``other`` (fifo, device...);
+    ``mode`` the octal permission bits including setuid/setgid/sticky
+    (``"4755"``); ``sha256`` is empty for anything but a regular file;
+    ``target`` is a link's text (a hard link's: the path it links to);
+    ``owner`` is ``user:group`` as the package archive records them (empty
+    when the contents come from ``$pkgdir``, where fakeroot's view is lost)."""
 
     package: str
     path: str
@@ -34,6 +37,7 @@ class PackageFile:
     size: int
     sha256: str = ""
     target: str = ""
+    owner: str = ""
 
 
 @dataclass(frozen=True)
@@ -148,6 +152,61 @@ class PkgbuildResult:
             build_user=dict(info.get("build_user") or {}),
             isolation=(data.get("isolation") or {}).get("requested", "auto"),
         )
+
+
+#: the package archive's extension for the build phase: uncompressed, since it is only read back
+PKGEXT = ".pkg.tar"
+#: what an archive may hold before pipguard stops listing it (a hostile build controls it)
+MAX_MEMBERS = 200_000
+
+
+def archive_contents(archive: str) -> Tuple[str, Tuple[PackageFile, ...]]:
+    """(pkgname, entries) of a package archive makepkg built (under fakeroot,
+    as pacman will see it): its modes and owners are fakeroot's, which the
+    tree on disk does not keep — a ``chown`` in ``package()`` is not applied
+    there, and makepkg's ``strip`` rewrites an ELF file, which clears a
+    setuid bit on disk but not in the archive. Directories and the archive's
+    own metadata (``.PKGINFO``, ``.BUILDINFO``, ``.MTREE``, ``.INSTALL``…)
+    are left out. Raises OSError or tarfile.TarError for what is not a tar."""
+    import hashlib
+    import tarfile
+
+    pkgname = ""
+    out: List[PackageFile] = []
+    with tarfile.open(archive, "r:") as tar:
+        for count, member in enumerate(tar):
+            if count >= MAX_MEMBERS:
+                raise OSError(f"{archive}: more than {MAX_MEMBERS} entries")
+            name = member.name.lstrip("/")
+            while name.startswith("./"):
+                name = name[2:]
+            if name == ".PKGINFO" and member.isreg():
+                fh = tar.extractfile(member)
+                text = fh.read(1 << 20).decode("utf-8", "replace") if fh else ""
+                pkgname = next((line.split("=", 1)[1].strip() for line in text.splitlines()
+                                if line.startswith("pkgname")), "")
+            if not name or "/" not in name and name.startswith(".") or member.isdir():
+                continue
+            owner = f"{member.uname or member.uid}:{member.gname or member.gid}"
+            mode = format(member.mode & 0o7777, "04o")
+            if member.isreg():
+                digest = hashlib.sha256()
+                fh = tar.extractfile(member)
+                while fh is not None:
+                    chunk = fh.read(1 << 20)
+                    if not chunk:
+                        break
+                    digest.update(chunk)
+                out.append(PackageFile("", "/" + name, "file", mode, member.size, digest.hexdigest(), owner=owner))
+            elif member.issym():
+                out.append(PackageFile("", "/" + name, "symlink", mode, 0, target=member.linkname, owner=owner))
+            elif member.islnk():
+                out.append(PackageFile("", "/" + name, "hardlink", mode, 0,
+                                       target="/" + member.linkname.lstrip("/"), owner=owner))
+            else:
+                out.append(PackageFile("", "/" + name, "other", mode, 0, owner=owner))
+    entries = tuple(sorted((dataclasses.replace(f, package=pkgname) for f in out), key=lambda f: f.path))
+    return pkgname, entries
 
 
 def package_contents(package: str, pkgdir: str) -> Tuple[PackageFile, ...]:

@@ -7,9 +7,11 @@
                       only to the hosts the source URLs name (plus
                       ``--allow-host``), through the recording proxy; then
                       pipguard re-checks every checksum itself
-  2. build            ``makepkg --noarchive``: prepare/build/check/package,
-                      offline, writable only ``$BUILDDIR`` (srcdir, pkgdir)
-                      and the sandbox's private temp dir and HOME
+  2. build            ``makepkg``: prepare/build/check/package and the
+                      package archive (uncompressed, in ``$PKGDEST``: the
+                      contents are read from it, with fakeroot's modes and
+                      owners), offline, writable only ``$BUILDDIR`` (srcdir,
+                      pkgdir), ``$PKGDEST`` and the sandbox's private temp dir and HOME
   3. install-scripts  each scriptlet function of each package's ``.install``
                       file, as pacman calls it, against a scratch root
 
@@ -23,19 +25,23 @@ import os
 import platform
 import shutil
 import stat
+import tarfile
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pipguard.backends.ns import in_private_tmpfs
 from pipguard.errors import UsageError
 from pipguard.pkgbuild import srcinfo as srcinfo_mod
-from pipguard.pkgbuild.result import Phase, PkgbuildResult, package_contents
+from pipguard.pkgbuild.result import PKGEXT, Phase, PkgbuildResult, archive_contents, package_contents
 from pipguard.policy import HostPort, Policy
 from pipguard.report import Report
 
 Progress = Callable[[str], None]
 
-#: makepkg's directory settings; passed through the sandbox's env scrub
-MAKEPKG_DIRS = ("BUILDDIR", "SRCDEST", "PKGDEST", "SRCPKGDEST", "LOGDEST")
+#: what the review sets for makepkg (its directory settings, the archive's extension) and for
+#: fakeroot (FAKEROOTDONTTRYCHOWN: keep a chown in package() fakeroot's alone — in the namespace
+#: backend only the sandbox's own id is mapped, so the real chown fails EINVAL, which fakeroot
+#: does not forgive as it does EPERM, and package() failed); passed through the env scrub
+MAKEPKG_ENV = ("BUILDDIR", "SRCDEST", "PKGDEST", "SRCPKGDEST", "LOGDEST", "PKGEXT", "FAKEROOTDONTTRYCHOWN")
 _COMMON = ("--nodeps", "--nocolor", "--noconfirm", "--skippgpcheck")
 #: pacman runs each scriptlet as ``. INSTALL; FUNCTION ARGS`` in a new shell
 _SCRIPTLET = '. "$1" && "$2" "${@:3}"'
@@ -66,7 +72,7 @@ class Layout:
 
     def makepkg_env(self, builddir: str) -> Dict[str, str]:
         return {"BUILDDIR": builddir, "SRCDEST": self.sources, "PKGDEST": self.out,
-                "SRCPKGDEST": self.out, "LOGDEST": self.out}
+                "SRCPKGDEST": self.out, "LOGDEST": self.out, "PKGEXT": PKGEXT, "FAKEROOTDONTTRYCHOWN": "1"}
 
 
 class Reviewer:
@@ -115,10 +121,8 @@ class Reviewer:
                         # below the namespace's own tmpfs those dirs could only be read-only
                         # mounts, which makepkg refuses (pkgbuild._layout_parent)
                         prefer_ns=not in_private_tmpfs(self.layout.base),
-                        # package() may install a setuid program (as the unprivileged build user)
-                        allow_setuid=True,
                         allow_read=tuple(dict.fromkeys(read)), allow_write=tuple(dict.fromkeys(write)),
-                        keep_env=MAKEPKG_DIRS, writable_cwd=writable_cwd)
+                        keep_env=MAKEPKG_ENV, writable_cwd=writable_cwd)
         env = dict(self.env, **self.layout.makepkg_env(builddir or self.layout.build))
         report = run(list(argv), policy, cwd=cwd, env=env, record_build_dir=writable_cwd)
         own = tuple(write) + ((cwd,) if writable_cwd else ())
@@ -170,12 +174,11 @@ class Reviewer:
             return self._failed(f"makepkg could not fetch or verify the sources (exit {report.exit_code}); "
                                 "nothing was built")
 
-        self.progress("building (makepkg --noarchive, sandboxed, offline)")
-        report = self._sandboxed("build", ["makepkg", "--noarchive", "--holdver", "--check", *_COMMON],
-                                 lay.input, read=[lay.input, lay.sources], write=[lay.build])
+        self.progress("building (makepkg, sandboxed, offline)")
+        report = self._sandboxed("build", ["makepkg", "--holdver", "--check", *_COMMON],
+                                 lay.input, read=[lay.input, lay.sources], write=[lay.build, lay.out])
         pkgdirs = {n: os.path.join(lay.build, self.info.pkgbase, "pkg", n) for n in self.info.pkgnames}
-        self.contents = tuple(f for n, d in pkgdirs.items() if os.path.isdir(d)
-                              for f in package_contents(n, d))
+        self.contents = self._contents(pkgdirs)
         if report.exit_code != 0:
             return self._failed(f"the build failed (makepkg exit {report.exit_code})")
 
@@ -185,6 +188,24 @@ class Reviewer:
             except (UsageError, OSError, UnicodeDecodeError) as exc:
                 return self._failed(f"cannot run the install scripts of {pkgname}: {exc}")
         return self._verdict()
+
+    def _contents(self, pkgdirs: Mapping[str, str]) -> tuple:
+        """Each package's entries from its archive (what pacman installs: fakeroot's modes
+        and owners); a package without one (the build failed before makepkg archived it)
+        from its ``$pkgdir`` as far as it got."""
+        from_archives: Dict[str, tuple] = {}
+        for name in sorted(os.listdir(self.layout.out)):
+            path = os.path.join(self.layout.out, name)
+            if name.endswith(PKGEXT) and os.path.isfile(path) and not os.path.islink(path):
+                try:
+                    pkgname, entries = archive_contents(path)
+                except (OSError, tarfile.TarError):
+                    continue
+                if pkgname in pkgdirs:
+                    from_archives[pkgname] = entries
+        return tuple(f for n, d in pkgdirs.items()
+                     for f in (from_archives[n] if n in from_archives
+                               else package_contents(n, d) if os.path.isdir(d) else ()))
 
     def _install_scripts(self, pkgname: str, install: str, pkgdir: str) -> None:
         script = _inside(self.layout.input, install)

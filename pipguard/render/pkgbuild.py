@@ -64,10 +64,10 @@ def table(result, *, color: bool = False) -> str:
         if sections:
             lines += ["", f"[{_clean(phase.title)}]", *sections]
     if result.contents:
-        rows = [(_clean(f.package), _clean(f.path) + (f" -> {_clean(f.target)}" if f.target else ""),
-                 f.kind, f.mode, f.size, f.sha256[:12]) for f in result.contents[:MAX_ROWS]]
+        contents = [(_clean(f.package), _clean(f.path) + (f" -> {_clean(f.target)}" if f.target else ""),
+                     f.kind, f.mode, _clean(f.owner), f.size, f.sha256[:12]) for f in result.contents[:MAX_ROWS]]
         lines += ["", f"Package contents ({len(result.contents)}):",
-                  tabulate(rows, headers=("package", "path", "kind", "mode", "size", "sha256"),
+                  tabulate(contents, headers=("package", "path", "kind", "mode", "owner", "size", "sha256"),
                            disable_numparse=True)]
         if len(result.contents) > MAX_ROWS:
             lines.append(f"… and {len(result.contents) - MAX_ROWS} more (see --report)")
