@@ -24,7 +24,9 @@ with ``os.write``. Its life:
   3. reap every process of the sandbox as it ends; send the first process's
      wait status when it is reaped
   4. when the caller says "end" or goes away (end of file on the socket, even
-     if the caller was SIGKILLed): kill whatever is left, reap it, exit.
+     if the caller was SIGKILLed): kill whatever is left, reap it — every
+     child, the dead ones too (ns pid 1 ends after the first process and
+     holds what the command used) — exit.
 
 Protocol on the caller's socket, one ASCII line each way:
 ``root PID`` (with the pidfd as SCM_RIGHTS), ``exit PID STATUS`` (raw wait
@@ -99,6 +101,19 @@ def _usage() -> str:
             f"{ru.ru_oublock}")
 
 
+def _reap_remaining(caller_fd: int) -> None:
+    """Wait for every child that is left (all of them dead or dying), each
+    followed by a usage line. Only called once nothing of the run is alive."""
+    while True:
+        try:
+            os.waitpid(-1, 0x40000000)  # __WALL, blocking: they are already ending
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            return
+        _send(caller_fd, _usage())
+
+
 def keep(caller_fd: int, control_fd: int, config: dict) -> None:
     """The keeper's whole life (never returns: it ends in ``os._exit``)."""
     keep_fds = sorted({0, 1, 2, caller_fd, control_fd})
@@ -161,6 +176,10 @@ def keep(caller_fd: int, control_fd: int, config: dict) -> None:
         if ending:
             left = process_tree(os.getpid())
             if not left:
+                # nothing alive is left, but a child may have died since the reap above
+                # (process_tree skips zombies): reap those too, or what they and theirs
+                # used would be lost (ns pid 1 holds the command's written bytes)
+                _reap_remaining(caller_fd)
                 os._exit(0)
             for pid in left:
                 try:

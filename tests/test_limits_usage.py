@@ -96,6 +96,17 @@ def test_bytes_written_by_a_run(work, fake_home):
     assert used["value"] >= 6 * MB, used
 
 
+def test_usage_of_every_run_includes_what_its_last_processes_used(work, fake_home):
+    """Under ns the command is reaped by pid 1, which the keeper reaps last, after
+    the run's own status: a keeper that left while pid 1 was a zombie lost its
+    usage (0 bytes written in ~7% of runs, seen in CI). Repeated to catch the race."""
+    if not _block_backed(work):
+        pytest.skip(f"{work} is not block-backed: no block writes are accounted")
+    values = [_used(_run(work, fake_home, [sys.executable, "-c", WRITE]), "write")["value"]
+              for _ in range(25)]
+    assert min(values) >= 6 * MB, values
+
+
 def test_usage_survives_the_json_round_trip(work, fake_home):
     report = _run(work, fake_home, ["sh", "-c", "exit 0"])
     again = report_mod.from_json(json.loads(report_mod.dumps(report.to_json())))
