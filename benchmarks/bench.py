@@ -277,7 +277,10 @@ def fetch(cache: str, packages: Sequence[Package], python: str) -> str:
     if missing:
         # pip download prepares each sdist's metadata (runs its build backend,
         # outside any sandbox): acceptable for this pinned, well-known set.
-        pip_download(python, ["--no-deps", "--no-binary", ":all:", *(p.req for p in missing)], dist)
+        # sdists of these packages only: their build requirements may come as wheels (with
+        # :all: they would be built from source too: Cython alone takes minutes)
+        pip_download(python, ["--no-deps", "--no-binary", ",".join(p.name for p in missing),
+                              *(p.req for p in missing)], dist)
     stamp = os.path.join(dist, ".build-wheels")
     want = "\n".join(BUILD_WHEELS)
     if not os.path.exists(stamp) or open(stamp).read() != want:

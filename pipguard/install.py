@@ -165,9 +165,12 @@ class Installer:
 
             precompile_hook(self.python)  # the hook calls' Pythons are the target's version
             _warm_up()
-            server.serve(proc.pid, {"hook": self._on_hook, "gate": self._on_gate,
-                                    "refuse": self._on_refuse, "source": self._on_source},
-                         idle=self._idle)
+            from pipguard.plan import deferred_cleanup
+
+            with deferred_cleanup():  # each call's run directory goes while pip works (_idle)
+                server.serve(proc.pid, {"hook": self._on_hook, "gate": self._on_gate,
+                                        "refuse": self._on_refuse, "source": self._on_source},
+                             idle=self._idle)
             returncode = proc.wait()
         except KeyboardInterrupt:
             if proc is not None:
@@ -235,15 +238,19 @@ class Installer:
         keeper and first process (pipguard.launcher.fork_spare), off the path
         of that call -- only while another call may follow (none once the
         install is refused or its wheels were gated), and not under the VM
-        backend (a launcher of its own)."""
-        if self.refusal or self.error or self.gated or self.options.binary_only or self.options.isolation == "vm":
-            return
-        from pipguard import launcher
+        backend (a launcher of its own); then remove the last call's run
+        directory (pipguard.plan.deferred_cleanup)."""
+        from pipguard import plan
 
-        try:
-            launcher.fork_spare()
-        except OSError:
-            pass  # no spare (fork failed: EAGAIN, ENOMEM): the call forks afresh, and reports it if that fails too
+        if not (self.refusal or self.error or self.gated or self.options.binary_only
+                or self.options.isolation == "vm"):
+            from pipguard import launcher
+
+            try:
+                launcher.fork_spare()
+            except OSError:
+                pass  # no spare (fork failed: EAGAIN, ENOMEM): the call forks afresh, and reports it if that fails too
+        plan.remove_deferred()
 
     def _on_refuse(self, request: dict, fds: List[int]) -> dict:
         reason = str(request.get("reason", "refused"))[:2000]

@@ -6,6 +6,8 @@ and creating the run's private directory.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import os
 import pwd
@@ -14,7 +16,7 @@ import sys
 import tempfile
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from pipguard.errors import CommandNotFound, UsageError
 from pipguard.oslayer import OsLayerSpec
@@ -530,7 +532,43 @@ def uses_namespaces(policy: Policy, facts: Any, os_available: bool = True) -> bo
             and bool(getattr(facts, "user_namespaces", False)))
 
 
+#: run directories whose removal waits for :func:`remove_deferred` (see :func:`deferred_cleanup`)
+_DEFERRED: "contextvars.ContextVar[Optional[List[str]]]" = contextvars.ContextVar("pipguard_deferred_cleanup",
+                                                                                  default=None)
+
+
 def cleanup(plan: Plan) -> None:
+    """Remove the run's private directory — now, or inside :func:`deferred_cleanup`
+    when the caller is next idle."""
+    deferred = _DEFERRED.get()
+    if deferred is not None:
+        deferred.append(plan.run_dir)
+        return
     from pipguard.files import remove_tree
 
     remove_tree(plan.run_dir)
+
+
+@contextlib.contextmanager
+def deferred_cleanup() -> Iterator[None]:
+    """Within this block (in this thread), a finished run's directory is removed
+    by :func:`remove_deferred` — which the caller calls when nothing waits for
+    it — or when the block ends, whatever happens. Why: removing a run's tree
+    takes 5–15 ms (more on a busy disk), and ``pipguard install`` would spend
+    them between a hook call's end and pip's next step."""
+    token = _DEFERRED.set([])
+    try:
+        yield
+    finally:
+        remove_deferred()
+        _DEFERRED.reset(token)
+
+
+def remove_deferred() -> None:
+    deferred = _DEFERRED.get()
+    if not deferred:
+        return
+    from pipguard.files import remove_tree
+
+    while deferred:
+        remove_tree(deferred.pop())

@@ -121,8 +121,8 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
 
         if proxy is not None:
             proxy.__enter__()
-        supervisor = Supervisor(plan, started, cgroup=prepared.cgroup)
         decoys = _watch_decoys(started)
+        supervisor = Supervisor(plan, started, cgroup=prepared.cgroup, readers=[decoys] if decoys else ())
         evidence = supervisor.run()
         if proxy is not None:
             _proxy_evidence(proxy, supervisor)
@@ -158,7 +158,7 @@ def _while_confining(meanwhile: Optional[Callable[[], None]]) -> None:
 
 
 def _watch_decoys(started):
-    """The ns backend's decoy watch, read in a thread while the run lasts."""
+    """The ns backend's decoy watch, read by the supervisor's loop while the run lasts."""
     entered = started.entered
     if entered is None or "decoys" not in entered.evidence_fds:
         return None

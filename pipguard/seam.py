@@ -42,7 +42,7 @@ class SeamServer:
     pip process ends. Single-threaded: sandboxes fork from this thread."""
 
     def __init__(self) -> None:
-        self.directory = tempfile.mkdtemp(prefix="pipguard-seam-")
+        self.directory = tempfile.mkdtemp(prefix="pipguard-seam-", dir=_socket_parent())
         os.chmod(self.directory, 0o700)
         self.path = os.path.join(self.directory, "seam.sock")
         # os.urandom is what secrets.token_hex reads; the secrets module would
@@ -112,6 +112,19 @@ class SeamServer:
     def close(self) -> None:
         self._listener.close()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+#: sun_path holds 108 bytes with its NUL; the directory's random part and "/seam.sock" follow
+_SOCKET_PARENT_MAX = 107 - len("/pipguard-seam-XXXXXXXX/seam.sock")
+
+
+def _socket_parent() -> Optional[str]:
+    """The temp directory, unless a socket below it would not fit in a unix
+    socket address (a long TMPDIR): then /tmp, as ssh-agent and tmux do."""
+    parent = tempfile.gettempdir()
+    if len(os.fsencode(parent)) <= _SOCKET_PARENT_MAX:
+        return None
+    return "/tmp"
 
 
 def _receive(conn: socket.socket) -> Tuple[dict, List[int]]:

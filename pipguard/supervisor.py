@@ -21,7 +21,7 @@ import platform
 import selectors
 import signal
 import time
-from typing import Dict, Optional
+from typing import Any, Dict, Optional, Sequence
 
 from pipguard import notify
 from pipguard.launcher import Started
@@ -85,7 +85,7 @@ def _syscall_names() -> Dict[int, str]:
 
 
 class Supervisor:
-    def __init__(self, plan: Plan, started: Started, cgroup=None) -> None:
+    def __init__(self, plan: Plan, started: Started, cgroup=None, readers: Sequence[Any] = ()) -> None:
         # Names of the notified syscalls come from the child that built the
         # filter; libseccomp is only loaded here as a fallback.
         self._names = dict(started.syscalls) or _syscall_names()
@@ -107,6 +107,10 @@ class Supervisor:
         self.proxy_clients = self.handlers.proxy_clients
         #: the run's cgroup (pipguard.limits.RunCgroup) or None
         self.cgroup = cgroup
+        #: other evidence sources the loop reads when they are readable: each has
+        #: ``fileno()`` and ``read()`` (which takes in all that is queued), as the
+        #: ns backend's decoy watch does
+        self.readers = tuple(readers)
         self._native_arch: Optional[int] = _NATIVE_ARCH
         self._fifo_buf = b""
         self.notifications = 0  # answered by Python
@@ -250,6 +254,8 @@ class Supervisor:
         if pidfd is not None:
             sel.register(pidfd, selectors.EVENT_READ, "exit")
         sel.register(keeper, selectors.EVENT_READ, "keeper")
+        for reader in self.readers:
+            sel.register(reader.fileno(), selectors.EVENT_READ, reader)
         deadline = None if self.settings.timeout is None else time.monotonic() + self.settings.timeout
         try:
             try:
@@ -340,6 +346,8 @@ class Supervisor:
                     # exited; its status follows from the keeper, which reaps it
                     sel.unregister(key.fd)
                     pidfd = None
+                elif key.data in self.readers:
+                    key.data.read()
             if poll_cpu and self.lifetime.cpu_exceeded():
                 return
 

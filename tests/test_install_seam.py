@@ -43,6 +43,24 @@ def test_absolute_path_installs_the_project(tmp_path, fake_home, route, target):
     assert [p["name"] for p in report["packages"]] == ["abspathproj"]
 
 
+def test_no_run_directory_outlives_the_install(tmp_path, fake_home, links, target):
+    """Each hook call's run directory is removed while pip works on (deferred cleanup): none may
+    be left once pipguard exits, the last call's included, whether the install passed or not.
+    A TMPDIR this long also puts the seam's socket elsewhere (below it, the socket's path would
+    not fit in a unix socket address: that was exit 2, "AF_UNIX path too long")."""
+    proj = write_project(tmp_path, "tidyproj")
+    bad = write_project(tmp_path, "untidyproj", setup_extra=", install_requires=['no_such_dist_pg']")
+    tmp = tmp_path / "tmpdir"
+    for project, ok in ((proj, True), (bad, False)):
+        tmp.mkdir()
+        proc, report = pg_install([str(project)], home=fake_home, target=target, route=links, cwd=tmp_path,
+                                  extra_env={"TMPDIR": str(tmp)})
+        assert (proc.returncode == 0) is ok, proc.stderr[-3000:]
+        assert len(report["phases"]) >= 2, report["phases"]  # sandboxed calls ran and made their dirs
+        assert [p.name for p in tmp.iterdir() if p.name.startswith("pipguard-")] == [], list(tmp.iterdir())
+        tmp.rename(tmp_path / f"tmpdir-{project.name}")
+
+
 def test_editable_imports_from_the_source_tree(tmp_path, fake_home, route, any_pip_target):
     target = any_pip_target
     proj = write_project(tmp_path, "editproj")

@@ -78,7 +78,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
-from pipguard import rules, threads
+from pipguard import rules
 from pipguard.backends import Part, Probe
 
 name = "ns"
@@ -960,48 +960,41 @@ def sweep_modes(roots: Sequence[str], since: float) -> List[Tuple[str, int, int]
 
 # ------------------------------------------------------------ the launcher side
 class DecoyWatch:
-    """Reads the decoy inotify fd (taken from pid 1) in a thread while the
-    run lasts: each decoy opened is one record (time, path)."""
+    """The decoy inotify fd (taken from pid 1), read by the supervisor's loop
+    while the run lasts (:meth:`read` when it is readable: no thread of its
+    own): each decoy opened is one record (time, path)."""
 
     def __init__(self, fd: int, decoys: Mapping[int, str]) -> None:
         self.fd = fd
         self.decoys = {int(k): str(v) for k, v in decoys.items()}
         self.records: List[Tuple[float, str, str]] = []  # (time, path, "open"/"read")
-        self._stop_r, self._stop_w = os.pipe()
-        self._thread = threads.start(self._loop, name="pipguard-decoys")
 
-    def _loop(self) -> None:
-        import select
+    def fileno(self) -> int:
+        return self.fd
 
+    def read(self) -> None:
+        """Take in every event queued (the fd is non-blocking)."""
         while True:
-            ready, _, _ = select.select([self.fd, self._stop_r], [], [])
-            if self.fd in ready:
-                self._read()
-            if self._stop_r in ready:
+            try:
+                data = os.read(self.fd, 65536)
+            except (BlockingIOError, OSError):
                 return
-
-    def _read(self) -> None:
-        try:
-            data = os.read(self.fd, 65536)
-        except (BlockingIOError, OSError):
-            return
-        now = time.time()
-        offset = 0
-        while offset + 16 <= len(data):
-            wd, mask, _cookie, size = struct.unpack_from("iIII", data, offset)
-            offset += 16 + size
-            path = self.decoys.get(wd)
-            # a watched directory also reports its entries (with a name): those decoys have their own watch
-            if path is not None and mask & (IN_OPEN | IN_ACCESS) and not size:
-                self.records.append((now, path, "open" if mask & IN_OPEN else "read"))
+            if not data:
+                return
+            now = time.time()
+            offset = 0
+            while offset + 16 <= len(data):
+                wd, mask, _cookie, size = struct.unpack_from("iIII", data, offset)
+                offset += 16 + size
+                path = self.decoys.get(wd)
+                # a watched directory also reports its entries (with a name): those decoys have their own watch
+                if path is not None and mask & (IN_OPEN | IN_ACCESS) and not size:
+                    self.records.append((now, path, "open" if mask & IN_OPEN else "read"))
 
     def stop(self) -> List[Tuple[float, str, str]]:
-        """End the thread, read what is left, close the fd; the records."""
-        os.write(self._stop_w, b"x")
-        self._thread.join()
-        self._read()
-        for fd in (self.fd, self._stop_r, self._stop_w):
-            os.close(fd)
+        """Read what is left, close the fd; the records."""
+        self.read()
+        os.close(self.fd)
         return self.records
 
 
