@@ -2,16 +2,21 @@
 render, map errors to exit codes. Nothing here decides security.
 
 Start-up cost matters (``pipguard run -- true`` is benchmarked against
-``true``), so this module imports almost nothing itself: each subcommand
-imports what it needs, and the commonest invocations -- ``pipguard run
-[OPTIONS] -- CMD...`` with well-formed options, and ``pipguard --version`` --
-are parsed here without importing click (~10 ms: click imports inspect, uuid,
-datetime, gettext). Anything else, including every malformed command line, goes
-to the click application below, which parses it and reports errors as always;
-the fast path only ever accepts what click would accept, with the same values.
-``run``'s options are declared once (:data:`RUN_OPTIONS`): the click command is
-built from that table and the fast path reads it, so they cannot drift apart
-(tests/test_cli_fastpath.py checks every pairing of options against click).
+``true``, ``pipguard install`` against ``pip install``), so this module imports
+almost nothing itself: each subcommand imports what it needs, and the
+commonest invocations -- ``pipguard run [OPTIONS] -- CMD...`` and ``pipguard
+install|sandbox [OPTIONS] PIP-ARGS...`` with well-formed options, and
+``pipguard --version`` -- are parsed here without importing click (10-25 ms:
+click imports inspect, uuid, datetime, gettext). Anything else, including every
+malformed command line and every ``--help``, goes to the click application
+below, which parses it and reports errors as always; the fast path only ever
+accepts what click would accept, with the same values. The options are
+declared once (:data:`RUN_OPTIONS`, :data:`INSTALL_OPTIONS`): the click
+commands are built from those tables and the fast paths read them, so they
+cannot drift apart (tests/test_cli_fastpath.py checks pairings of options,
+among pip's arguments for install, against click). After the command, the
+console entry point ends the process without the interpreter's teardown
+(:func:`_exit_now`).
 The click objects (``cli``, ``run``, ``install``, ``sandbox``, ``doctor``) are
 built on first access.
 """
@@ -20,7 +25,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import pipguard
 from pipguard import exitcodes, render
@@ -184,8 +189,6 @@ def _quiet_level(pip_args: Sequence[str]) -> int:
 
 
 def _install(sandbox_only: bool, kw: dict) -> None:
-    import click
-
     from pipguard import limits
     from pipguard.install import Installer, InstallOptions
     from pipguard.policy import HostPort
@@ -230,7 +233,7 @@ def _install(sandbox_only: bool, kw: dict) -> None:
     )
     quiet = _quiet_level(pip_args)
     # One plain line per hook call and package, on a terminal and in CI logs alike.
-    progress = (lambda m: click.echo(f"pipguard: {m}", err=True)) if quiet == 0 else None
+    progress = (lambda m: _echo(f"pipguard: {m}\n", err=True)) if quiet == 0 else None
     _sigterm_like_ctrl_c()
     _resume_gc()
     # stdout carries the report in the machine formats: pip's own output goes to stderr then
@@ -244,18 +247,17 @@ def _install(sandbox_only: bool, kw: dict) -> None:
         write_atomic(report_path, dumps(result.to_json()))
     if kw["fmt"] == "table":
         if quiet < 2 or result.status not in ("installed", "clean"):
-            click.echo(render_install.table(result, color=_color(sys.stderr), report_path=report_path),
-                       err=True, nl=False)
+            _echo(render_install.table(result, color=_color(sys.stderr), report_path=report_path), err=True)
     elif kw["fmt"] == "json":
         from pipguard.report import dumps
 
-        click.echo(dumps(result.to_json()), nl=False)
+        _echo(dumps(result.to_json()))
     elif kw["fmt"] == "markdown":
         from pipguard.render import markdown
 
-        click.echo(markdown.render_result(result), nl=False)
+        _echo(markdown.render_result(result))
     else:
-        click.echo(render_install.sarif(result), nl=False)
+        _echo(render_install.sarif(result))
     raise SystemExit(result.exit_code)
 
 
@@ -390,66 +392,16 @@ def _click_app():
     run = _run_command(click, cli)
 
     def _install_options(f):
-        """pipguard's own options of install and sandbox; every other argument is pip's."""
-        options = [
-            click.option("--python", "python", metavar="PATH",
-                         help="Install into this interpreter's environment, with its own pip "
-                              "(default: pipguard's interpreter). Any CPython >= 3.9."),
-            click.option("--isolation", type=click.Choice(list(_RUN_ISOLATION_CHOICES)), default="auto",
-                         show_default=True,
-                         help="as for run, per hook call: auto (namespaces of its own where they "
-                              "work), os, ns, audit; vm: each hook call in a QEMU guest of its own "
-                              "(needs working KVM, or --vm-accel tcg)."),
-            click.option("--vm-accel", type=click.Choice(["kvm", "tcg"]), default="kvm", show_default=True,
-                         help="Under --isolation vm: kvm (exit 2 if KVM does not work here) or tcg "
-                              "(software emulation: slow, for review)."),
-            click.option("--allow-build-host", "allow_build_hosts", multiple=True, metavar="HOST[:PORT]",
-                         help="Let build hooks reach this host through pipguard's filtering proxy "
-                              "(Rust/Go sdists fetching crates or modules); every destination is "
-                              "recorded. Default: hook calls have no network (repeatable)."),
-            click.option("--allow-read", multiple=True, metavar="PATH",
-                         help="Extra read-only root for every hook call (repeatable)."),
-            click.option("--allow-write", multiple=True, metavar="PATH",
-                         help="Extra writable root for every hook call (repeatable)."),
-            click.option("--build-timeout", type=float, callback=_positive_float, metavar="SECONDS",
-                         help="Time limit for each sandboxed hook call."),
-            click.option("--limit-memory", metavar="SIZE",
-                         help="Memory of each hook call (e.g. 4G; default: 3/4 of RAM)."),
-            click.option("--limit-processes", metavar="N", help="Live processes of each hook call (default 2048)."),
-            click.option("--limit-cpu", metavar="SECONDS", help="CPU time of each hook call (default 14400)."),
-            click.option("--limit-write", metavar="SIZE", help="Largest file a hook call may write (default 16G)."),
-            click.option("--keep-env", multiple=True, metavar="NAME",
-                         help="Pass this environment variable into hook calls (repeatable)."),
-            click.option("--no-observe-reads", is_flag=True,
-                         help="Do not observe native file reads (faster builds; Landlock still blocks "
-                              "them, but native read attempts are then not reported)."),
-            click.option("--observe-reads", is_flag=True,
-                         help="Observe native file reads also under --isolation ns (off there by "
-                              "default: the decoys report credential reads)."),
-            click.option("--probe-imports", is_flag=True,
-                         help="Also import each new top-level module in the sandbox before committing."),
-            click.option("--report", "report_path", metavar="FILE",
-                         help="Write pipguard's JSON report here (pip's own --report: --pip-report)."),
-            click.option("--pip-report", "pip_report", metavar="FILE",
-                         help="Passed to pip as its --report (pip's installation report)."),
-            click.option("--format", "fmt", type=_FORMAT, default="table", show_default=True),
-            click.option("--policy", "policy", metavar="PATH",
-                         help="The project's policy: a pipguard.toml, a pyproject.toml with "
-                              "[tool.pipguard], or a directory holding one (default: the working "
-                              "directory's, if any). Never read from a package."),
-            click.argument("pip_args", nargs=-1, type=click.UNPROCESSED),
-        ]
-        for option in reversed(options):
-            f = option(f)
-        return f
+        """pipguard's own options of install and sandbox (:data:`INSTALL_OPTIONS`); every
+        other argument is pip's."""
+        f = click.argument("pip_args", nargs=-1, type=click.UNPROCESSED)(f)
+        return _click_options(click, INSTALL_OPTIONS, f)
 
     _PIP_CONTEXT = {"ignore_unknown_options": True, "allow_interspersed_args": True,
                     "help_option_names": ["-h", "--help"]}
 
     @cli.command(context_settings=_PIP_CONTEXT)
-    @click.option("--sandbox", is_flag=True,
-                  help="Run every build hook (setup.py, PEP 517 backends) in a sandbox. Without it no "
-                       "package code runs at all: wheels only.")
+    @_click_options(click, (SANDBOX_OPTION,))
     @_install_options
     def install(sandbox, **kw) -> None:
         """pip install, where no package code runs outside a sandbox.
@@ -621,6 +573,65 @@ RUN_OPTIONS = (
 )
 
 
+#: options whose value is a positive number of seconds
+_SECONDS = ("timeout", "build_timeout")
+
+INSTALL_OPTIONS = (
+    _Option("--python", "python", "value", metavar="PATH",
+            help="Install into this interpreter's environment, with its own pip "
+                 "(default: pipguard's interpreter). Any CPython >= 3.9."),
+    _Option("--isolation", "isolation", "value", default="auto", choices=_RUN_ISOLATION_CHOICES,
+            help="as for run, per hook call: auto (namespaces of its own where they "
+                 "work), os, ns, audit; vm: each hook call in a QEMU guest of its own "
+                 "(needs working KVM, or --vm-accel tcg)."),
+    _Option("--vm-accel", "vm_accel", "value", default="kvm", choices=("kvm", "tcg"),
+            help="Under --isolation vm: kvm (exit 2 if KVM does not work here) or tcg "
+                 "(software emulation: slow, for review)."),
+    _Option("--allow-build-host", "allow_build_hosts", "multiple", metavar="HOST[:PORT]",
+            help="Let build hooks reach this host through pipguard's filtering proxy "
+                 "(Rust/Go sdists fetching crates or modules); every destination is "
+                 "recorded. Default: hook calls have no network (repeatable)."),
+    _Option("--allow-read", "allow_read", "multiple", metavar="PATH",
+            help="Extra read-only root for every hook call (repeatable)."),
+    _Option("--allow-write", "allow_write", "multiple", metavar="PATH",
+            help="Extra writable root for every hook call (repeatable)."),
+    _Option("--build-timeout", "build_timeout", "value", metavar="SECONDS",
+            help="Time limit for each sandboxed hook call."),
+    _Option("--limit-memory", "limit_memory", "value", metavar="SIZE",
+            help="Memory of each hook call (e.g. 4G; default: 3/4 of RAM)."),
+    _Option("--limit-processes", "limit_processes", "value", metavar="N",
+            help="Live processes of each hook call (default 2048)."),
+    _Option("--limit-cpu", "limit_cpu", "value", metavar="SECONDS", help="CPU time of each hook call (default 14400)."),
+    _Option("--limit-write", "limit_write", "value", metavar="SIZE",
+            help="Largest file a hook call may write (default 16G)."),
+    _Option("--keep-env", "keep_env", "multiple", metavar="NAME",
+            help="Pass this environment variable into hook calls (repeatable)."),
+    _Option("--no-observe-reads", "no_observe_reads", "flag",
+            help="Do not observe native file reads (faster builds; Landlock still blocks "
+                 "them, but native read attempts are then not reported)."),
+    _Option("--observe-reads", "observe_reads", "flag",
+            help="Observe native file reads also under --isolation ns (off there by "
+                 "default: the decoys report credential reads)."),
+    _Option("--probe-imports", "probe_imports", "flag",
+            help="Also import each new top-level module in the sandbox before committing."),
+    _Option("--report", "report_path", "value", metavar="FILE",
+            help="Write pipguard's JSON report here (pip's own --report: --pip-report)."),
+    _Option("--pip-report", "pip_report", "value", metavar="FILE",
+            help="Passed to pip as its --report (pip's installation report)."),
+    _Option("--format", "fmt", "value", default="table", choices=render.FORMATS,
+            help="table: summary on stderr; json/sarif/markdown: the report on stdout (pip's "
+                 "own output then goes to stderr)."),
+    _Option("--policy", "policy", "value", metavar="PATH",
+            help="The project's policy: a pipguard.toml, a pyproject.toml with "
+                 "[tool.pipguard], or a directory holding one (default: the working "
+                 "directory's, if any). Never read from a package."),
+)
+#: ``install`` only (``sandbox`` always sandboxes)
+SANDBOX_OPTION = _Option("--sandbox", "sandbox", "flag",
+                         help="Run every build hook (setup.py, PEP 517 backends) in a sandbox. Without it "
+                              "no package code runs at all: wheels only.")
+
+
 def _run_command(click, cli) -> Any:
     """``pipguard run``, as a click command built from :data:`RUN_OPTIONS`."""
 
@@ -633,23 +644,33 @@ def _run_command(click, cli) -> Any:
         _run(command=command, **params)
 
     decorated = click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)(run)
-    for opt in reversed(RUN_OPTIONS):
-        kw: Dict[str, Any] = {"help": opt.help}
-        if opt.kind == "flag":
-            kw["is_flag"] = True
-        elif opt.kind == "multiple":
-            kw.update(multiple=True, metavar=opt.metavar)
-        else:
-            if opt.metavar:
-                kw["metavar"] = opt.metavar
-            if opt.click_choices is not None:
-                kw["type"] = click.Choice(list(opt.click_choices))
-            if opt.default is not None:
-                kw.update(default=opt.default, show_default=True)
-            if opt.dest == "timeout":
-                kw.update(type=float, callback=_positive_float)
-        decorated = click.option(opt.name, opt.dest, **kw)(decorated)
+    decorated = _click_options(click, RUN_OPTIONS, decorated)
     return cli.command(name="run", context_settings={"ignore_unknown_options": False})(decorated)
+
+
+def _click_options(click, table: Sequence["_Option"], f=None):
+    """The click options of ``table``, applied to ``f`` (or a decorator that applies them)."""
+
+    def apply(f):
+        for opt in reversed(table):
+            kw: Dict[str, Any] = {"help": opt.help}
+            if opt.kind == "flag":
+                kw["is_flag"] = True
+            elif opt.kind == "multiple":
+                kw.update(multiple=True, metavar=opt.metavar)
+            else:
+                if opt.metavar:
+                    kw["metavar"] = opt.metavar
+                if opt.click_choices is not None:
+                    kw["type"] = click.Choice(list(opt.click_choices))
+                if opt.default is not None:
+                    kw.update(default=opt.default, show_default=True)
+                if opt.dest in _SECONDS:
+                    kw.update(type=float, callback=_positive_float)
+            f = click.option(opt.name, opt.dest, **kw)(f)
+        return f
+
+    return apply if f is None else apply(f)
 
 
 # -- the fast path ------------------------------------------------------------
@@ -708,6 +729,76 @@ def _fast_run_params(args: List[str]) -> Optional[Dict[str, Any]]:
     return params
 
 
+_FAST_INSTALL = {o.name: o for o in INSTALL_OPTIONS}
+
+
+def _fast_install_params(args: List[str]) -> Optional[Tuple[str, Dict[str, Any]]]:
+    """(command, the arguments click would call it with) for ``install`` and
+    ``sandbox`` command lines whose pipguard options are plain; None for
+    anything else (click parses it then). click's reading, which this repeats:
+    every argument that is not one of pipguard's options is pip's, in order
+    and as written (``--index-url=URL``, ``-qq``, ``-e``, ``.``); a short
+    option cluster holding ``h`` is click's help; ``--`` is consumed."""
+    if not args or args[0] not in ("install", "sandbox"):
+        return None
+    table = dict(_FAST_INSTALL, **({SANDBOX_OPTION.name: SANDBOX_OPTION} if args[0] == "install" else {}))
+    params: Dict[str, Any] = {o.dest: o.default for o in table.values()}
+    given = set()
+    pip_args: List[str] = []
+    i = 1
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if arg == "--":
+            return None
+        if not arg.startswith("-") or arg == "-":
+            pip_args.append(arg)
+            continue
+        if not arg.startswith("--"):
+            if "h" in arg:
+                return None  # -h, or a cluster click reads as holding it
+            pip_args.append(arg)
+            continue
+        name, eq, value = arg.partition("=")
+        opt = table.get(name)
+        if opt is None:
+            if name == "--help":
+                return None
+            pip_args.append(arg)  # pip's option (its value, if apart, follows as an argument)
+            continue
+        if opt.kind == "flag":
+            if eq:
+                return None
+            params[opt.dest] = True
+            continue
+        if not eq:
+            if i >= len(args):
+                return None
+            value = args[i]
+            i += 1
+        if not value or value.startswith("-"):
+            return None
+        key = opt.dest
+        if opt.kind == "multiple":
+            params[key] = params[key] + (value,)
+            continue
+        if key in given or (opt.choices is not None and value not in opt.choices):
+            return None
+        given.add(key)
+        if key in _SECONDS:
+            try:
+                seconds = float(value)
+            except ValueError:
+                return None
+            if not seconds > 0:
+                return None
+            params[key] = seconds
+            continue
+        params[key] = value
+    params["pip_args"] = tuple(pip_args)
+    return args[0], params
+
+
 def _fast_version() -> None:
     """``pipguard --version``, as click's version_option prints it."""
     from gettext import gettext as _  # click's message goes through gettext too
@@ -726,6 +817,13 @@ def _fast(args: List[str]) -> None:
     params = _fast_run_params(args)
     if params is not None:
         _guarded(lambda: _run(**params))
+    install = _fast_install_params(args)
+    if install is not None:
+        command, kw = install
+        if command == "install":
+            sandbox = kw.pop("sandbox")
+            _guarded(lambda: _install(False, dict(kw, sandbox=sandbox)))
+        _guarded(lambda: _install(True, kw))
 
 
 def _guarded(action) -> None:
@@ -807,11 +905,37 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     gc.disable()
     try:
         _main(sys.argv[1:], None)
+    except SystemExit as done:
+        _exit_now(done)
+        raise
     finally:
         if paused:
             _GC_PAUSED = False
             gc.freeze()
             gc.enable()
+
+
+def _exit_now(done: SystemExit) -> None:
+    """End the process at once with ``done``'s status, as the interpreter
+    would after its clean-up: flush stdout and stderr, then ``os._exit``.
+    Why: the command's work is over (reports written, sandboxes reaped, pip
+    waited for), and tearing down the ~300 modules an install loads takes
+    the interpreter 20-30 ms more per command. Returns (the caller then
+    exits normally) when the status is not a plain code, when a thread of
+    ours still runs, or when a flush fails (the interpreter reports that)."""
+    code = done.code
+    if code is None:
+        code = 0
+    threading = sys.modules.get("threading")  # not imported: no thread was started
+    if not isinstance(code, int) or (threading is not None and threading.active_count() > 1):
+        return
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+    except (OSError, ValueError):
+        return
+    os._exit(code & 0xFF)
 
 
 def _main(args: List[str], click_args: Optional[List[str]]) -> None:
