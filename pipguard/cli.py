@@ -701,32 +701,39 @@ def _fast_run_params(args: List[str]) -> Optional[Dict[str, Any]]:
         if not eq:
             value = args[i]
             i += 1
-        if not value or value.startswith("-"):
-            return None  # click's reading of these is click's business
-        key = opt.dest
-        if opt.kind == "multiple":
-            params[key] = params[key] + (value,)
-            continue
-        if key in given:
+        if not _take_value(opt, value, params, given):
             return None
-        given.add(key)
-        if opt.choices is not None and value not in opt.choices:
-            return None
-        if key == "timeout":
-            try:
-                seconds = float(value)
-            except ValueError:
-                return None
-            if not seconds > 0:
-                return None
-            params[key] = seconds
-            continue
-        params[key] = value
     command = tuple(args[i + 1:])
     if not command:
         return None
     params["command"] = command
     return params
+
+
+def _take_value(opt: _Option, value: str, params: Dict[str, Any], given: set) -> bool:
+    """Store an option's value in ``params`` as click would; False where the
+    fast path must leave the command line to click (an empty value or one
+    like an option, a repeated single option, a bad choice or number)."""
+    if not value or value.startswith("-"):
+        return False  # click's reading of these is click's business
+    key = opt.dest
+    if opt.kind == "multiple":
+        params[key] = params[key] + (value,)
+        return True
+    if key in given or (opt.choices is not None and value not in opt.choices):
+        return False
+    given.add(key)
+    if key in _SECONDS:
+        try:
+            seconds = float(value)
+        except ValueError:
+            return False
+        if not seconds > 0:
+            return False
+        params[key] = seconds
+        return True
+    params[key] = value
+    return True
 
 
 _FAST_INSTALL = {o.name: o for o in INSTALL_OPTIONS}
@@ -776,25 +783,8 @@ def _fast_install_params(args: List[str]) -> Optional[Tuple[str, Dict[str, Any]]
                 return None
             value = args[i]
             i += 1
-        if not value or value.startswith("-"):
+        if not _take_value(opt, value, params, given):
             return None
-        key = opt.dest
-        if opt.kind == "multiple":
-            params[key] = params[key] + (value,)
-            continue
-        if key in given or (opt.choices is not None and value not in opt.choices):
-            return None
-        given.add(key)
-        if key in _SECONDS:
-            try:
-                seconds = float(value)
-            except ValueError:
-                return None
-            if not seconds > 0:
-                return None
-            params[key] = seconds
-            continue
-        params[key] = value
     params["pip_args"] = tuple(pip_args)
     return args[0], params
 
