@@ -165,9 +165,9 @@ class Installer:
 
             precompile_hook(self.python)  # the hook calls' Pythons are the target's version
             _warm_up()
-            from pipguard.plan import deferred_cleanup
+            from pipguard.plan import idle_work
 
-            with deferred_cleanup():  # each call's run directory goes while pip works (_idle)
+            with idle_work():  # each call's clean-up, and the next one's directory, while pip works (_idle)
                 server.serve(proc.pid, {"hook": self._on_hook, "gate": self._on_gate,
                                         "refuse": self._on_refuse, "source": self._on_source},
                              idle=self._idle)
@@ -233,13 +233,14 @@ class Installer:
                      for e in _counting(p))
 
     # ------------------------------------------------------------ handlers
-    def _idle(self) -> None:
-        """While pip works between two requests: fork the next hook call's
-        keeper and first process (pipguard.launcher.fork_spare), off the path
-        of that call -- only while another call may follow (none once the
-        install is refused or its wheels were gated), and not under the VM
-        backend (a launcher of its own); then remove the last call's run
-        directory (pipguard.plan.deferred_cleanup)."""
+    def _idle(self) -> bool:
+        """One step of work while pip works between two requests (the seam
+        asks again while no request waits; False: nothing left). First the
+        next hook call's keeper and first process (pipguard.launcher.fork_spare),
+        off the path of that call -- only while another call may follow (none
+        once the install is refused or its wheels were gated), and not under
+        the VM backend (a launcher of its own); then the next call's run
+        directory and the last call's clean-up (pipguard.plan.idle_work)."""
         from pipguard import plan
 
         if not (self.refusal or self.error or self.gated or self.options.binary_only
@@ -247,10 +248,10 @@ class Installer:
             from pipguard import launcher
 
             try:
-                launcher.fork_spare()
+                launcher.fork_spare()  # nothing to do when the spare is there
             except OSError:
                 pass  # no spare (fork failed: EAGAIN, ENOMEM): the call forks afresh, and reports it if that fails too
-        plan.remove_deferred()
+        return plan.on_idle()
 
     def _on_refuse(self, request: dict, fds: List[int]) -> dict:
         reason = str(request.get("reason", "refused"))[:2000]

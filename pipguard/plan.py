@@ -16,7 +16,7 @@ import sys
 import tempfile
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from pipguard.errors import CommandNotFound, UsageError
 from pipguard.oslayer import OsLayerSpec
@@ -361,25 +361,17 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
             hint="run from the project's own directory",
         )
 
-    # Private to this uid (the sandbox runs as the same uid): no other local
-    # user can reach the event FIFO and forge evidence.
-    run_dir = tempfile.mkdtemp(prefix="pipguard-")
-    os.chmod(run_dir, 0o700)
-    tmp_dir = os.path.join(run_dir, "tmp")
-    home_dir = os.path.join(run_dir, "home")
-    os.mkdir(tmp_dir, 0o700)
-    os.mkdir(home_dir, 0o700)
-    fifo = os.path.join(run_dir, "events.fifo")
-    os.mkfifo(fifo, 0o600)
+    if facts is None:
+        facts = _host_facts(policy)
+    in_ns = uses_namespaces(policy, facts, os_available)
+    run_dir, decoy_token = _take_run_dir(in_ns)
+    tmp_dir, home_dir, fifo = _run_dir_parts(run_dir)
 
     write_roots = [tmp_dir, home_dir, *policy.allow_write]
     if policy.writable_cwd:
         write_roots.insert(0, cwd)
     # ns: the sandbox's own tmpfs /tmp and /dev/shm are writable (they are not
     # the host's); its homes are decoy tmpfs, readable (a read is evidence)
-    if facts is None:
-        facts = _host_facts(policy)
-    in_ns = uses_namespaces(policy, facts, os_available)
     namespace_tmpfs: Tuple[str, ...] = ()
     if in_ns:
         from pipguard.backends import ns
@@ -470,10 +462,13 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
                                         # without Landlock a writable mount would be no barrier at all
                                         # (ABI 3: truncate(2) is Landlock's from there on)
                                         landlock_read_only=policy.read_only_by_landlock
-                                        if facts is not None and facts.landlock_abi >= 3 else ())
+                                        if facts is not None and facts.landlock_abi >= 3 else (),
+                                        token=decoy_token)
                 readable += namespace.decoy_homes
                 # in the run's own $HOME before anything runs: they are not the build's writes
-                ns.plant_decoys(home_dir, namespace.token, ns.HOME_DECOYS)
+                # (a run directory made ahead while pipguard was idle has them already)
+                if decoy_token is None:
+                    ns.plant_decoys(home_dir, namespace.token, ns.HOME_DECOYS)
             os_spec = OsLayerSpec(
                 read_paths=tuple(dict.fromkeys(p for p in readable if p)),
                 write_paths=tuple(dict.fromkeys([*write_roots, fifo])),
@@ -532,43 +527,121 @@ def uses_namespaces(policy: Policy, facts: Any, os_available: bool = True) -> bo
             and bool(getattr(facts, "user_namespaces", False)))
 
 
-#: run directories whose removal waits for :func:`remove_deferred` (see :func:`deferred_cleanup`)
-_DEFERRED: "contextvars.ContextVar[Optional[List[str]]]" = contextvars.ContextVar("pipguard_deferred_cleanup",
-                                                                                  default=None)
+def _run_dir_parts(run_dir: str) -> Tuple[str, str, str]:
+    """A run directory's temp dir, sandbox HOME and event FIFO."""
+    return os.path.join(run_dir, "tmp"), os.path.join(run_dir, "home"), os.path.join(run_dir, "events.fifo")
+
+
+def _new_run_dir(decoys: bool) -> Tuple[str, Optional[str]]:
+    """Make a run's private directory: (path, the token of the decoys planted
+    in its HOME, or None where none were). Private to this uid (the sandbox
+    runs as the same uid): no other local user can reach the event FIFO and
+    forge evidence."""
+    run_dir = tempfile.mkdtemp(prefix="pipguard-")
+    os.chmod(run_dir, 0o700)
+    tmp_dir, home_dir, fifo = _run_dir_parts(run_dir)
+    os.mkdir(tmp_dir, 0o700)
+    os.mkdir(home_dir, 0o700)
+    os.mkfifo(fifo, 0o600)
+    if not decoys:
+        return run_dir, None
+    from pipguard.backends import ns
+
+    token = ns.new_token()
+    ns.plant_decoys(home_dir, token, ns.HOME_DECOYS)
+    return run_dir, token
+
+
+@dataclass
+class _IdleWork:
+    """What a caller's idle moments do for its next run (:func:`idle_work`)."""
+
+    #: clean-up that waits: run directories to remove, descriptors to close
+    deferred: List[Callable[[], None]] = field(default_factory=list)
+    #: a run directory made ahead: (path, decoy token or None)
+    ready: Optional[Tuple[str, Optional[str]]] = None
+    #: whether the last run was in namespaces (its successor likely is too: decoys planted ahead)
+    decoys: bool = False
+
+
+_IDLE: "contextvars.ContextVar[Optional[_IdleWork]]" = contextvars.ContextVar("pipguard_idle_work", default=None)
+
+
+def _take_run_dir(decoys: bool) -> Tuple[str, Optional[str]]:
+    """The run directory made ahead if it fits (its HOME has decoys exactly
+    when the run is in namespaces), else a new one."""
+    work = _IDLE.get()
+    if work is None:
+        return _new_run_dir(decoys)
+    work.decoys = decoys
+    ready, work.ready = work.ready, None
+    if ready is not None:
+        if (ready[1] is not None) == decoys:
+            return ready
+        defer(lambda: _remove(ready[0]))
+    return _new_run_dir(decoys)
+
+
+def _remove(path: str) -> None:
+    from pipguard.files import remove_tree
+
+    remove_tree(path)
+
+
+def defer(action: Callable[[], None]) -> None:
+    """Clean-up that may wait: inside :func:`idle_work` it runs when the caller
+    is next idle (or when the block ends); elsewhere at once."""
+    work = _IDLE.get()
+    if work is None:
+        action()
+    else:
+        work.deferred.append(action)
 
 
 def cleanup(plan: Plan) -> None:
-    """Remove the run's private directory — now, or inside :func:`deferred_cleanup`
-    when the caller is next idle."""
-    deferred = _DEFERRED.get()
-    if deferred is not None:
-        deferred.append(plan.run_dir)
-        return
-    from pipguard.files import remove_tree
-
-    remove_tree(plan.run_dir)
+    """Remove the run's private directory (see :func:`defer`)."""
+    defer(lambda: _remove(plan.run_dir))
 
 
 @contextlib.contextmanager
-def deferred_cleanup() -> Iterator[None]:
-    """Within this block (in this thread), a finished run's directory is removed
-    by :func:`remove_deferred` — which the caller calls when nothing waits for
-    it — or when the block ends, whatever happens. Why: removing a run's tree
-    takes 5–15 ms (more on a busy disk), and ``pipguard install`` would spend
-    them between a hook call's end and pip's next step."""
-    token = _DEFERRED.set([])
+def idle_work() -> Iterator[None]:
+    """Within this block (in this thread), runs leave their clean-up to
+    :func:`on_idle` -- which the caller calls, one step at a time, when nothing
+    waits for it, as ``pipguard install`` does while pip works between two hook
+    calls -- and there the next run's directory is made ahead. Whatever happens, the block
+    ends with nothing left behind. Why: removing a run's tree (5-15 ms),
+    closing the ns decoy watch (an SRCU grace period, ~10 ms) and creating the
+    next tree with its decoys (~20 ms measured in an install: file creation on
+    a busy disk) would otherwise lie between a hook call's end and pip's next
+    step, or between pip's next hook call and its sandbox."""
+    work = _IdleWork()
+    token = _IDLE.set(work)
     try:
         yield
     finally:
-        remove_deferred()
-        _DEFERRED.reset(token)
+        _IDLE.reset(token)
+        if work.ready is not None:
+            ready = work.ready[0]
+            work.deferred.append(lambda: _remove(ready))
+        _run_deferred(work)
 
 
-def remove_deferred() -> None:
-    deferred = _DEFERRED.get()
-    if not deferred:
-        return
-    from pipguard.files import remove_tree
+def on_idle() -> bool:
+    """One step of the idle work: make the next run's directory (what the
+    next run waits for, first), else one clean-up that waited. False when
+    nothing was left to do; the caller asks again while it stays idle."""
+    work = _IDLE.get()
+    if work is None:
+        return False
+    if work.ready is None:
+        work.ready = _new_run_dir(work.decoys)
+        return True
+    if work.deferred:
+        work.deferred.pop(0)()
+        return True
+    return False
 
-    while deferred:
-        remove_tree(deferred.pop())
+
+def _run_deferred(work: _IdleWork) -> None:
+    while work.deferred:
+        work.deferred.pop(0)()

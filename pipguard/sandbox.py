@@ -18,7 +18,7 @@ from typing import Callable, Mapping, Optional, Sequence
 import pipguard
 from pipguard import exitcodes, files, limits, protections, sandbox_user
 from pipguard.errors import PipguardError
-from pipguard.plan import Plan, cleanup, make_plan, precompile_hook
+from pipguard.plan import Plan, cleanup, defer, make_plan, on_idle, precompile_hook
 
 HOOK_CONFIG = "PIPGUARD_HOOK"
 from pipguard.policy import Policy
@@ -98,6 +98,7 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
     prepared = None
     started = None
     lease = None
+    decoys = None
     try:
         if sandbox_user.needed() and plan.namespace is None:
             # as root, the sandbox runs as a leased unprivileged uid (docs/sandbox.md, "Running as
@@ -122,7 +123,10 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
         if proxy is not None:
             proxy.__enter__()
         decoys = _watch_decoys(started)
-        supervisor = Supervisor(plan, started, cgroup=prepared.cgroup, readers=[decoys] if decoys else ())
+        # the quiet moments of this run do the idle work of pipguard install (the last call's
+        # clean-up, the next one's run directory): none is left for the gap between two calls
+        supervisor = Supervisor(plan, started, cgroup=prepared.cgroup, readers=[decoys] if decoys else (),
+                                idle=on_idle)
         evidence = supervisor.run()
         if proxy is not None:
             _proxy_evidence(proxy, supervisor)
@@ -137,6 +141,8 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
         return _report(plan, started, evidence, written, started_at, prepared,
                        lease.user if lease else None)
     finally:
+        if decoys is not None:
+            defer(decoys.close)  # an SRCU grace period (~10 ms): where nobody waits, if possible
         if started is not None:
             started.process.release()
         if prepared is not None and prepared.cgroup is not None:
@@ -171,7 +177,7 @@ def _decoy_evidence(watch, supervisor) -> None:
     """Every decoy credential a process of the sandbox opened is a finding
     (the real one was never there: "blocked"). inotify carries no pid: the
     command's process stands for the sandbox."""
-    for when, path, how in watch.stop():
+    for when, path, how in watch.stop(close=False):
         supervisor.collector.add_event("file-read", "blocked", "ns", supervisor.started.command_pid, path,
                                        "decoy-read", {"decoy": True, "seen": f"inotify {how}"}, when=when)
 

@@ -59,19 +59,21 @@ class SeamServer:
         return f"{self.path} {self.token}"
 
     def serve(self, pid: int, handlers: Dict[str, Handler],
-              idle: Optional[Callable[[], None]] = None) -> None:
+              idle: Optional[Callable[[], bool]] = None) -> None:
         """Answer requests until process ``pid`` (pip) exits. Returns without
         reaping it (the caller waits for its status). ``idle`` is called
         whenever no request is waiting, before this waits for one (after an
-        answer went out: the place for work the next request can use)."""
+        answer went out: the place for work the next request can use), again
+        and again while it returns True (one step of work each) and still no
+        request waits: a request that arrives meanwhile waits for one step only."""
         pidfd = _pidfd(pid)
         try:
             while True:
                 watched = [self._listener] + ([pidfd] if pidfd is not None else [])
                 ready = select.select(watched, [], [], 0)[0] if idle is not None else []
+                while not ready and idle is not None and idle():
+                    ready = select.select(watched, [], [], 0)[0]
                 if not ready:
-                    if idle is not None:
-                        idle()
                     ready, _, _ = select.select(watched, [], [], None if pidfd is not None else 0.2)
                 if self._listener in ready:
                     self._one(handlers)

@@ -21,7 +21,7 @@ import platform
 import selectors
 import signal
 import time
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence
 
 from pipguard import notify
 from pipguard.launcher import Started
@@ -40,6 +40,8 @@ _X32_BIT = 0x40000000 if platform.machine() == "x86_64" else 1 << 62
 _FAIL_CLOSED = frozenset(("connect", "bind", "sendto", "sendmsg", "sendmmsg", "socket",
                           "open", "openat", "openat2", "creat"))
 _CPU_POLL = 0.25  # seconds between reads of the cgroup's CPU time, when a CPU limit is set
+#: seconds without a notification or an event after which the caller's idle work gets a step
+_QUIET = 0.02
 
 
 @contextlib.contextmanager
@@ -85,7 +87,8 @@ def _syscall_names() -> Dict[int, str]:
 
 
 class Supervisor:
-    def __init__(self, plan: Plan, started: Started, cgroup=None, readers: Sequence[Any] = ()) -> None:
+    def __init__(self, plan: Plan, started: Started, cgroup=None, readers: Sequence[Any] = (),
+                 idle: Optional[Callable[[], bool]] = None) -> None:
         # Names of the notified syscalls come from the child that built the
         # filter; libseccomp is only loaded here as a fallback.
         self._names = dict(started.syscalls) or _syscall_names()
@@ -111,6 +114,9 @@ class Supervisor:
         #: ``fileno()`` and ``read()`` (which takes in all that is queued), as the
         #: ns backend's decoy watch does
         self.readers = tuple(readers)
+        #: the caller's work for when the run is quiet (one step per call, False: none left),
+        #: e.g. the clean-up of its previous run (pipguard.plan.on_idle)
+        self.idle = idle
         self._native_arch: Optional[int] = _NATIVE_ARCH
         self._fifo_buf = b""
         self.notifications = 0  # answered by Python
@@ -317,10 +323,13 @@ class Supervisor:
         is up or a limit is hit."""
         process = self.started.process
         poll_cpu = self.cgroup is not None and self.cgroup.limits_cpu
+        idle = self.idle
         while process.returncode is None:
             wait = 0.2 if pidfd is None else None
             if poll_cpu:
                 wait = _CPU_POLL if wait is None else min(wait, _CPU_POLL)
+            if idle is not None:
+                wait = _QUIET if wait is None else min(wait, _QUIET)
             if deadline is not None:
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -328,6 +337,8 @@ class Supervisor:
                     break
                 wait = left if wait is None else min(wait, left)
             ready = sel.select(wait)
+            if not ready and idle is not None and not idle():
+                idle = None  # nothing left: wait for the run alone again
             for key, _mask in ready:
                 if key.data == "fifo":
                     self._read_fifo(fifo)

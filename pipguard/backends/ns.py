@@ -290,7 +290,7 @@ def _symlinked_parts(path: str) -> List[Tuple[str, str]]:
 def spec_for(read_paths: Sequence[str], write_paths: Sequence[str], device_paths: Sequence[str],
              homes: Sequence[str], network_all: bool, *, euid: Optional[int] = None,
              egid: Optional[int] = None, sandbox_home: str = "",
-             landlock_read_only: Sequence[str] = ()) -> NamespaceSpec:
+             landlock_read_only: Sequence[str] = (), token: Optional[str] = None) -> NamespaceSpec:
     """The new root for a plan's grants: ``read_paths``/``write_paths``/
     ``device_paths`` are the OS layer's (they exist or are skipped), ``homes``
     every home directory (each becomes a decoy tmpfs; none is ever bound),
@@ -359,8 +359,13 @@ def spec_for(read_paths: Sequence[str], write_paths: Sequence[str], device_paths
         uid, gid = OVERFLOW_ID, OVERFLOW_ID
     else:
         uid, gid = euid, egid
-    return NamespaceSpec(tuple(mounts), uid, gid, euid == 0, not network_all, os.urandom(8).hex(),
+    return NamespaceSpec(tuple(mounts), uid, gid, euid == 0, not network_all, token or new_token(),
                          sandbox_home=os.path.realpath(sandbox_home) if sandbox_home else "")
+
+
+def new_token() -> str:
+    """A run's decoy marker."""
+    return os.urandom(8).hex()
 
 
 #: A directory granted entry by entry (the plan's split of /etc around its
@@ -991,11 +996,20 @@ class DecoyWatch:
                 if path is not None and mask & (IN_OPEN | IN_ACCESS) and not size:
                     self.records.append((now, path, "open" if mask & IN_OPEN else "read"))
 
-    def stop(self) -> List[Tuple[float, str, str]]:
-        """Read what is left, close the fd; the records."""
+    def stop(self, close: bool = True) -> List[Tuple[float, str, str]]:
+        """Read what is left (and close the fd, unless ``close`` is False:
+        then :meth:`close` later); the records."""
         self.read()
-        os.close(self.fd)
+        if close:
+            self.close()
         return self.records
+
+    def close(self) -> None:
+        """Close the fd (its last holder: the kernel destroys the inotify
+        instance and waits for an SRCU grace period, ~10 ms)."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 # ------------------------------------------------------------------ the probe
