@@ -637,11 +637,13 @@ def on_idle() -> bool:
         work.ready = _new_run_dir(work.decoys)
         return True
     if work.deferred:
-        work.deferred.pop(0)()
+        work.deferred[0]()
+        del work.deferred[0]  # after it ran: an action a Ctrl-C cut short runs again at the block's end
         return True
     return False
 
 
 def _run_deferred(work: _IdleWork) -> None:
     while work.deferred:
-        work.deferred.pop(0)()
+        work.deferred[0]()  # each is idempotent (remove a tree, close a descriptor once)
+        del work.deferred[0]

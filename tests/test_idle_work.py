@@ -1,0 +1,76 @@
+"""``pipguard.plan.idle_work``: a run's clean-up waits for the caller's idle moments, and the
+next run's private directory is made ahead (what ``pipguard install`` does between hook calls).
+Real plans on this host; no sandbox runs here (the install tests run them)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from pipguard import plan as plan_mod
+from pipguard.backends import ns
+from pipguard.policy import Policy
+
+
+def _plan(work, isolation):
+    return plan_mod.make_plan(["/bin/true"], Policy(isolation=isolation), cwd=str(work))
+
+
+def _decoys(plan):
+    return sorted(p for p in ns.HOME_DECOYS if os.path.exists(os.path.join(plan.home_dir, p)))
+
+
+def test_outside_the_block_a_run_cleans_up_at_once(work):
+    plan = _plan(work, "audit")
+    assert os.path.isdir(plan.run_dir)
+    plan_mod.cleanup(plan)
+    assert not os.path.exists(plan.run_dir)
+    assert plan_mod.on_idle() is False  # nothing to do outside the block
+
+
+def test_clean_up_waits_and_the_next_directory_is_made_ahead(work):
+    with plan_mod.idle_work():
+        first = _plan(work, "audit")
+        plan_mod.cleanup(first)
+        assert os.path.isdir(first.run_dir)  # waits for the idle moment
+        assert plan_mod.on_idle() is True  # step 1: the next run's directory
+        assert os.path.isdir(first.run_dir)
+        assert plan_mod.on_idle() is True  # step 2: the clean-up
+        assert not os.path.exists(first.run_dir)
+        assert plan_mod.on_idle() is False
+        second = _plan(work, "audit")
+        assert second.run_dir != first.run_dir and os.path.isdir(second.run_dir)
+        assert os.path.exists(second.fifo) and os.stat(second.run_dir).st_mode & 0o777 == 0o700
+        ahead = plan_mod._IDLE.get()
+        assert ahead.ready is None  # taken by the second plan
+        plan_mod.on_idle()  # a directory for a third run that never comes
+        leftover = ahead.ready[0]
+        plan_mod.cleanup(second)
+        assert os.path.isdir(second.run_dir) and os.path.isdir(leftover)
+    # the block's end did what was left: the clean-up, and removed what was made ahead
+    assert not os.path.exists(second.run_dir) and not os.path.exists(leftover)
+
+
+def test_a_directory_made_ahead_has_the_decoys_only_for_a_run_in_namespaces(work):
+    if not ns.probe().available:
+        pytest.skip(f"no namespace backend here: {ns.probe().reason}")
+    with plan_mod.idle_work():
+        first = _plan(work, "ns")  # made on the spot: its decoys planted by the plan
+        assert _decoys(first) == sorted(ns.HOME_DECOYS)
+        plan_mod.cleanup(first)
+        while plan_mod.on_idle():
+            pass
+        second = _plan(work, "ns")  # made ahead, decoys included, with the plan's own token
+        assert _decoys(second) == sorted(ns.HOME_DECOYS)
+        token = second.namespace.token
+        with open(os.path.join(second.home_dir, ".ssh/id_rsa")) as fh:
+            assert token in fh.read()
+        plan_mod.cleanup(second)
+        while plan_mod.on_idle():
+            pass
+        third = _plan(work, "audit")  # the one made ahead had decoys: not this run's, replaced
+        assert _decoys(third) == [] and third.namespace is None
+        plan_mod.cleanup(third)
+        runs = [first.run_dir, second.run_dir, third.run_dir]
+    assert not any(os.path.exists(r) for r in runs)
