@@ -101,16 +101,20 @@ def _usage() -> str:
             f"{ru.ru_oublock}")
 
 
-def _reap_remaining(caller_fd: int) -> None:
-    """Wait for every child that is left (all of them dead or dying), each
-    followed by a usage line. Only called once nothing of the run is alive."""
+def _reap_remaining(caller_fd: int) -> bool:
+    """Reap every child that can be reaped now, each followed by a usage line;
+    True when no child is left. Called once a scan found nothing of the run
+    alive; never blocks (a scan of /proc is not atomic: a process forked
+    during it may have been missed, and is killed by the next round)."""
     while True:
         try:
-            os.waitpid(-1, 0x40000000)  # __WALL, blocking: they are already ending
+            pid, _status = os.waitpid(-1, os.WNOHANG | 0x40000000)  # __WALL
         except InterruptedError:
             continue
         except ChildProcessError:
-            return
+            return True
+        if pid == 0:
+            return False
         _send(caller_fd, _usage())
 
 
@@ -179,8 +183,10 @@ def keep(caller_fd: int, control_fd: int, config: dict) -> None:
                 # nothing alive is left, but a child may have died since the reap above
                 # (process_tree skips zombies): reap those too, or what they and theirs
                 # used would be lost (ns pid 1 holds the command's written bytes)
-                _reap_remaining(caller_fd)
-                os._exit(0)
+                if _reap_remaining(caller_fd):
+                    os._exit(0)
+                # a child is dying but not reapable yet, or appeared after the scan:
+                # kill and look again in 50 ms (below)
             for pid in left:
                 try:
                     os.kill(pid, signal.SIGKILL)

@@ -480,6 +480,7 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
                 observe_reads=policy.observe_reads if policy.observe_reads is not None
                 else not in_ns,
             )
+    _stop_idle_work_if_reachable([*read_roots, *write_roots, cwd])
     return Plan(
         argv=tuple(argv), executable=executable, cwd=cwd, run_dir=run_dir, fifo=fifo,
         tmp_dir=tmp_dir, home_dir=home_dir, env=kept, env_removed=removed, homes=homes,
@@ -538,18 +539,47 @@ def _new_run_dir(decoys: bool) -> Tuple[str, Optional[str]]:
     runs as the same uid): no other local user can reach the event FIFO and
     forge evidence."""
     run_dir = tempfile.mkdtemp(prefix="pipguard-")
-    os.chmod(run_dir, 0o700)
-    tmp_dir, home_dir, fifo = _run_dir_parts(run_dir)
-    os.mkdir(tmp_dir, 0o700)
-    os.mkdir(home_dir, 0o700)
-    os.mkfifo(fifo, 0o600)
-    if not decoys:
-        return run_dir, None
-    from pipguard.backends import ns
+    try:
+        os.chmod(run_dir, 0o700)
+        tmp_dir, home_dir, fifo = _run_dir_parts(run_dir)
+        os.mkdir(tmp_dir, 0o700)
+        os.mkdir(home_dir, 0o700)
+        os.mkfifo(fifo, 0o600)
+        if not decoys:
+            return run_dir, None
+        from pipguard.backends import ns
 
-    token = ns.new_token()
-    ns.plant_decoys(home_dir, token, ns.HOME_DECOYS)
-    return run_dir, token
+        token = ns.new_token()
+        ns.plant_decoys(home_dir, token, ns.HOME_DECOYS)
+        return run_dir, token
+    except BaseException:
+        _remove(run_dir)
+        raise
+
+
+def _stop_idle_work_if_reachable(grants: Sequence[str]) -> None:
+    """Where a run's grants cover the directory the run directories are made
+    in (a ``TMPDIR`` inside the build tree, ``--allow-read /tmp``), the run
+    could read or change the directories of the runs before and after it,
+    which idle work keeps around while it runs: then the idle work stops for
+    good, and what it kept is done now, before this run starts."""
+    work = _IDLE.get()
+    if work is None or work.stopped:
+        return
+    parent = os.path.realpath(tempfile.gettempdir())
+    if not any(parent == g or parent.startswith(g.rstrip("/") + "/")
+               for g in (os.path.realpath(g) for g in grants if g)):
+        return
+    _stop(work)
+
+
+def _stop(work: "_IdleWork") -> None:
+    """No more idle work in this block: what it kept is done now."""
+    work.stopped = True
+    if work.ready is not None:
+        ready, work.ready = work.ready[0], None
+        work.deferred.append(lambda: _remove(ready))
+    _run_deferred(work)
 
 
 @dataclass
@@ -562,6 +592,8 @@ class _IdleWork:
     ready: Optional[Tuple[str, Optional[str]]] = None
     #: whether the last run was in namespaces (its successor likely is too: decoys planted ahead)
     decoys: bool = False
+    #: set for good once a run could reach the run directories, or an idle step failed
+    stopped: bool = False
 
 
 _IDLE: "contextvars.ContextVar[Optional[_IdleWork]]" = contextvars.ContextVar("pipguard_idle_work", default=None)
@@ -571,7 +603,7 @@ def _take_run_dir(decoys: bool) -> Tuple[str, Optional[str]]:
     """The run directory made ahead if it fits (its HOME has decoys exactly
     when the run is in namespaces), else a new one."""
     work = _IDLE.get()
-    if work is None:
+    if work is None or work.stopped:
         return _new_run_dir(decoys)
     work.decoys = decoys
     ready, work.ready = work.ready, None
@@ -592,7 +624,7 @@ def defer(action: Callable[[], None]) -> None:
     """Clean-up that may wait: inside :func:`idle_work` it runs when the caller
     is next idle (or when the block ends); elsewhere at once."""
     work = _IDLE.get()
-    if work is None:
+    if work is None or work.stopped:
         action()
     else:
         work.deferred.append(action)
@@ -631,15 +663,21 @@ def on_idle() -> bool:
     next run waits for, first), else one clean-up that waited. False when
     nothing was left to do; the caller asks again while it stays idle."""
     work = _IDLE.get()
-    if work is None:
+    if work is None or work.stopped:
         return False
-    if work.ready is None:
-        work.ready = _new_run_dir(work.decoys)
-        return True
-    if work.deferred:
-        work.deferred[0]()
-        del work.deferred[0]  # after it ran: an action a Ctrl-C cut short runs again at the block's end
-        return True
+    try:
+        if work.ready is None:
+            work.ready = _new_run_dir(work.decoys)
+            return True
+        if work.deferred:
+            work.deferred[0]()
+            del work.deferred[0]  # after it ran: an action a Ctrl-C cut short runs again at the block's end
+            return True
+    except Exception:  # a full disk, no descriptors left: never the run's business (its evidence)
+        try:
+            _stop(work)
+        except Exception:
+            pass
     return False
 
 

@@ -74,3 +74,47 @@ def test_a_directory_made_ahead_has_the_decoys_only_for_a_run_in_namespaces(work
         plan_mod.cleanup(third)
         runs = [first.run_dir, second.run_dir, third.run_dir]
     assert not any(os.path.exists(r) for r in runs)
+
+
+def test_a_run_that_can_reach_the_temp_dir_stops_the_idle_work(work):
+    """Review 2026-12-02: with TMPDIR inside the build tree, a call wrote into the next call's
+    $HOME (made ahead) and read its decoy token. A plan whose grants cover the temp dir ends the
+    idle work before its run starts: the directory made ahead and the last run's are gone."""
+    import tempfile
+
+    with plan_mod.idle_work():
+        first = _plan(work, "audit")
+        plan_mod.cleanup(first)
+        plan_mod.on_idle()  # the next run's directory, made ahead
+        ahead = plan_mod._IDLE.get().ready[0]
+        assert os.path.isdir(first.run_dir) and os.path.isdir(ahead)
+        exposed = plan_mod.make_plan(["/bin/true"], Policy(isolation="audit",
+                                                           allow_read=(tempfile.gettempdir(),)), cwd=str(work))
+        # the directory made ahead (while no run could reach it) is its own; the last run's is gone
+        assert exposed.run_dir == ahead and not os.path.exists(first.run_dir)
+        assert plan_mod.on_idle() is False  # nothing is made ahead while this run could reach it
+        assert plan_mod._IDLE.get().ready is None
+        plan_mod.cleanup(exposed)  # at once from now on
+        assert not os.path.exists(exposed.run_dir)
+        later = _plan(work, "audit")
+        assert plan_mod.on_idle() is False and plan_mod._IDLE.get().ready is None
+        plan_mod.cleanup(later)
+        assert not os.path.exists(later.run_dir)
+
+
+def test_a_failing_idle_step_stops_the_idle_work_quietly(work, monkeypatch):
+    """An idle step runs inside another run's supervision: a full disk there must not end that run
+    (its evidence would be lost); the idle work stops instead."""
+    def full(decoys):
+        raise OSError(28, "No space left on device")
+
+    with plan_mod.idle_work():
+        first = _plan(work, "audit")
+        plan_mod.cleanup(first)
+        monkeypatch.setattr(plan_mod, "_new_run_dir", full)
+        assert plan_mod.on_idle() is False  # no exception
+        assert not os.path.exists(first.run_dir)  # what it kept was done when it stopped
+        monkeypatch.undo()
+        second = _plan(work, "audit")
+        plan_mod.cleanup(second)
+        assert not os.path.exists(second.run_dir)

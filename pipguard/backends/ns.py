@@ -977,9 +977,11 @@ class DecoyWatch:
     def fileno(self) -> int:
         return self.fd
 
-    def read(self) -> None:
-        """Take in every event queued (the fd is non-blocking)."""
-        while True:
+    def read(self, chunks: int = 8) -> None:
+        """Take in the events queued, at most ``chunks`` reads of 64 KiB (the
+        fd is non-blocking; the supervisor's loop comes back while more wait,
+        and its other work is not starved by a flood of reads)."""
+        for _ in range(chunks):
             try:
                 data = os.read(self.fd, 65536)
             except (BlockingIOError, OSError):
@@ -999,7 +1001,7 @@ class DecoyWatch:
     def stop(self, close: bool = True) -> List[Tuple[float, str, str]]:
         """Read what is left (and close the fd, unless ``close`` is False:
         then :meth:`close` later); the records."""
-        self.read()
+        self.read(chunks=1 << 16)  # every process is gone: the queue is finite
         if close:
             self.close()
         return self.records
