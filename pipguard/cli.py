@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import pipguard
 from pipguard import exitcodes, render
@@ -685,7 +685,7 @@ def _fast_run_params(args: List[str]) -> Optional[Dict[str, Any]]:
     if len(args) < 3 or args[0] != "run" or "--" not in args:
         return None
     params: Dict[str, Any] = {o.dest: o.default for o in RUN_OPTIONS}
-    given = set()
+    given: Set[str] = set()
     i = 1
     while args[i] != "--":  # a "--" is ahead: never past the end
         name, eq, value = args[i].partition("=")
@@ -710,7 +710,7 @@ def _fast_run_params(args: List[str]) -> Optional[Dict[str, Any]]:
     return params
 
 
-def _take_value(opt: _Option, value: str, params: Dict[str, Any], given: set) -> bool:
+def _take_value(opt: _Option, value: str, params: Dict[str, Any], given: Set[str]) -> bool:
     """Store an option's value in ``params`` as click would; False where the
     fast path must leave the command line to click (an empty value or one
     like an option, a repeated single option, a bad choice or number)."""
@@ -750,7 +750,7 @@ def _fast_install_params(args: List[str]) -> Optional[Tuple[str, Dict[str, Any]]
         return None
     table = dict(_FAST_INSTALL, **({SANDBOX_OPTION.name: SANDBOX_OPTION} if args[0] == "install" else {}))
     params: Dict[str, Any] = {o.dest: o.default for o in table.values()}
-    given = set()
+    given: Set[str] = set()
     pip_args: List[str] = []
     i = 1
     while i < len(args):
