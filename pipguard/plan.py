@@ -480,7 +480,8 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
                 observe_reads=policy.observe_reads if policy.observe_reads is not None
                 else not in_ns,
             )
-    _stop_idle_work_if_reachable([*read_roots, *write_roots, cwd])
+    # (not the namespace's own tmpfs /tmp and /dev/shm: they are not the host's)
+    _stop_idle_work_if_reachable([*read_roots, *(r for r in write_roots if r not in namespace_tmpfs), cwd])
     return Plan(
         argv=tuple(argv), executable=executable, cwd=cwd, run_dir=run_dir, fifo=fifo,
         tmp_dir=tmp_dir, home_dir=home_dir, env=kept, env_removed=removed, homes=homes,

@@ -61,8 +61,10 @@ def test_a_directory_made_ahead_has_the_decoys_only_for_a_run_in_namespaces(work
         plan_mod.cleanup(first)
         while plan_mod.on_idle():
             pass
+        ready = plan_mod._IDLE.get().ready[0]
         second = _plan(work, "ns")  # made ahead, decoys included, with the plan's own token
-        assert _decoys(second) == sorted(ns.HOME_DECOYS)
+        assert second.run_dir == ready and _decoys(second) == sorted(ns.HOME_DECOYS)
+        assert not plan_mod._IDLE.get().stopped  # the namespace's own /tmp is no host grant
         token = second.namespace.token
         with open(os.path.join(second.home_dir, ".ssh/id_rsa")) as fh:
             assert token in fh.read()
