@@ -54,6 +54,46 @@ def changed(before: Snapshot, after: Snapshot) -> List[FileWritten]:
     return out
 
 
+def left_in(handle: int, shown_as: str, skip: Iterable[str] = ()) -> List[FileWritten]:
+    """The regular files in the filesystem that ``handle`` (an fd on its top
+    directory) holds, named as below ``shown_as``: for the namespace backend's
+    own ``/tmp`` and ``/dev/shm``, which start empty and are gone after the
+    run (``discarded``), so every file there was written by it. Stays on that
+    filesystem (a bind mounted inside is a grant, snapshotted as such) and
+    leaves out ``skip``, the paths (as shown) where pipguard mounted something:
+    once the namespace is gone, the mount points it made there show. Never raises."""
+    top = f"/proc/self/fd/{handle}"
+    skipped = {os.path.normpath(p) for p in skip}
+    try:
+        device = os.stat(top).st_dev
+    except OSError:
+        return []
+    out: List[FileWritten] = []
+    for dirpath, dirnames, filenames in os.walk(top):
+        shown_dir = shown_as + dirpath[len(top):]
+        for name in list(dirnames):
+            path = os.path.join(dirpath, name)
+            try:
+                other = os.lstat(path).st_dev != device
+            except OSError:
+                other = True
+            if other or os.path.join(shown_dir, name) in skipped:
+                dirnames.remove(name)
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            shown = os.path.join(shown_dir, name)
+            try:
+                st = os.lstat(path)
+                if not stat.S_ISREG(st.st_mode) or st.st_dev != device or shown in skipped:
+                    continue
+                out.append(FileWritten(shown, sha256(path), st.st_size, discarded=True))
+            except OSError:
+                continue
+            if len(out) >= _MAX_FILES:
+                return out
+    return out
+
+
 def remove_tree(top: str) -> None:
     """Remove ``top`` (never following links) even where the sandbox left a
     directory its owner cannot list or enter (``chmod 0111``: without root's

@@ -210,7 +210,7 @@ def start(plan: Plan, meanwhile: Optional[Callable[[], None]] = None,
         "rlimits": list(rlimits),
         # the backend that builds the world before the OS layer (pipguard.backends)
         "backend": "ns" if plan.namespace is not None else "plain",
-        "backend_spec": plan.namespace.to_json() if plan.namespace is not None else None,
+        "backend_spec": _backend_spec(plan),
         "run_as": list(run_as) if run_as else None,
     }
     if spare is not None:
@@ -322,6 +322,19 @@ def _fork(config: Optional[dict]) -> Tuple[ChildProcess, socket.socket]:
     return ChildProcess(pid, keeper_sock), parent_sock
 
 
+def _backend_spec(plan: Plan) -> Optional[dict]:
+    """The backend's spec for the first process: the plan's, and under ns as
+    root the idmap user namespaces this process made once for all runs."""
+    if plan.namespace is None:
+        return None
+    spec = plan.namespace.to_json()
+    if plan.namespace.idmap_writes and os.geteuid() == 0:
+        from pipguard.backends import ns
+
+        spec["idmap_userns"] = ns.premade_idmaps(plan.namespace)
+    return spec
+
+
 def _send_config(sock: socket.socket, config: dict) -> None:
     """A waiting first process's config, one JSON line, with this process's
     stdin, stdout and stderr (what a freshly forked one would have inherited
@@ -400,5 +413,7 @@ def _entered(info: Optional[dict], sender: int) -> Optional[Entered]:
     fds: Dict[str, int] = {}
     if info.get("decoy_fd") is not None:
         fds["decoys"] = notify.take_fd(init_pid, int(info["decoy_fd"]))
+    for path, fd in (info.get("tmpfs_fds") or {}).items():
+        fds["tmpfs:" + str(path)] = notify.take_fd(init_pid, int(fd))
     return Entered(sender, (init_pid,), fds, True,
                    {"decoys": {int(k): str(v) for k, v in (info.get("decoys") or {}).items()}})

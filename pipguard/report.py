@@ -84,11 +84,15 @@ class NetworkAttempt:
 
 @dataclass(frozen=True)
 class FileWritten:
-    """A file the command created or changed, hashed after it ended."""
+    """A file the command created or changed, hashed after it ended.
+    ``discarded``: it was in the namespace backend's own ``/tmp`` or
+    ``/dev/shm`` (``path`` as the sandbox saw it), gone with the namespace:
+    evidence of what the run staged, never on the host."""
 
     path: str
     sha256: str
     size: int
+    discarded: bool = False
 
 
 @dataclass(frozen=True)

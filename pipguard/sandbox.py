@@ -13,7 +13,7 @@ import os
 import platform
 import sys
 import time
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Callable, List, Mapping, Optional, Sequence
 
 import pipguard
 from pipguard import exitcodes, files, limits, protections, sandbox_user
@@ -22,7 +22,7 @@ from pipguard.plan import Plan, cleanup, defer, make_plan, on_idle, precompile_h
 
 HOOK_CONFIG = "PIPGUARD_HOOK"
 from pipguard.policy import Policy
-from pipguard.report import Event, LayerStatus, ProcessRecord, Report
+from pipguard.report import Event, FileWritten, LayerStatus, ProcessRecord, Report
 
 __all__ = ["Policy", "Report", "run", "run_async", "run_sandboxed"]
 
@@ -114,10 +114,16 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
         prepared = limits.prepare(bounds.memory, bounds.processes, bounds.cpu, bounds.write)
         notify(f"starting {' '.join(argv)[:80]}")
         run_as = (lease.user.uid, lease.user.gid) if lease else None
-        started = launcher.start(plan, meanwhile=lambda: _while_confining(meanwhile),
-                                 rlimits=prepared.rlimits,
-                                 before_exec=prepared.cgroup.add if prepared.cgroup else None,
-                                 run_as=run_as)
+        # the command's move into its cgroup comes at the launch's end: wait for the kernel meanwhile
+        fast = prepared.cgroup.move_kept_fast() if prepared.cgroup else None
+        try:
+            started = launcher.start(plan, meanwhile=lambda: _while_confining(meanwhile),
+                                     rlimits=prepared.rlimits,
+                                     before_exec=prepared.cgroup.add if prepared.cgroup else None,
+                                     run_as=run_as)
+        finally:
+            if fast is not None:
+                fast.stop()
         from pipguard.supervisor import Supervisor
 
         if proxy is not None:
@@ -137,7 +143,7 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
         if lease is not None:
             # before the snapshot: files the sandbox left are given back first
             lease.release(nothing_left=prepared.cgroup is not None and prepared.cgroup.members() == set())
-        written = files.changed(before, files.snapshot(roots))
+        written = files.changed(before, files.snapshot(roots)) + _left_in_namespace(plan, started)
         return _report(plan, started, evidence, written, started_at, prepared,
                        lease.user if lease else None)
     finally:
@@ -145,6 +151,9 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
             defer(decoys.close)  # an SRCU grace period (~10 ms): where nobody waits, if possible
         if started is not None:
             started.process.release()
+            for key, fd in (started.entered.evidence_fds.items() if started.entered else ()):
+                if key.startswith("tmpfs:"):
+                    os.close(fd)
         if prepared is not None and prepared.cgroup is not None:
             prepared.cgroup.remove()
         if proxy is not None:
@@ -180,6 +189,22 @@ def _decoy_evidence(watch, supervisor) -> None:
     for when, path, how in watch.stop(close=False):
         supervisor.collector.add_event("file-read", "blocked", "ns", supervisor.started.command_pid, path,
                                        "decoy-read", {"decoy": True, "seen": f"inotify {how}"}, when=when)
+
+
+def _left_in_namespace(plan: Plan, started) -> List[FileWritten]:
+    """What the run left in the namespace's own ``/tmp`` and ``/dev/shm``
+    (the launcher holds a handle on each): files written, ``discarded`` —
+    they never reach the host, but they are what the run staged, and a native
+    write there is reported by nothing else."""
+    entered = started.entered
+    if entered is None or plan.namespace is None:
+        return []
+    mounted = [m.path for m in plan.namespace.mounts]
+    out: List[FileWritten] = []
+    for key, fd in sorted(entered.evidence_fds.items()):
+        if key.startswith("tmpfs:"):
+            out += files.left_in(fd, key[len("tmpfs:"):], skip=mounted)
+    return out
 
 
 def _sweep_modes(plan: Plan, supervisor, started_at: float) -> None:

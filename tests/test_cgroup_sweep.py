@@ -46,3 +46,38 @@ def test_empty_cgroups_of_a_dead_pipguard_are_removed(monkeypatch):
         for d in (stale, alive, other, fresh):
             if os.path.isdir(d):
                 os.rmdir(d)
+
+
+def test_the_move_kept_fast_moves_nothing_of_pipguard():
+    """limits.FastMove (the command's move into its run cgroup without waiting for an RCU
+    grace period): while it runs, pipguard stays in its own cgroups, the command lands in the
+    run's, and when it stops its thread and descriptor are gone. Where pipguard may not write
+    its own cgroup it is simply not used."""
+    import threading
+
+    _v2_parent()
+    prepared = limits.prepare(1 << 30, 64, 60.0, 1 << 30)
+    cgroup = prepared.cgroup
+    assert cgroup is not None and cgroup.own_procs
+    with open("/proc/self/cgroup") as fh:
+        before = fh.read()
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        fast = cgroup.move_kept_fast()
+        assert fast is not None
+        time.sleep(0.05)  # some rounds of the no-op move
+        cgroup.add(child.pid)
+        fast.stop()
+        with open("/proc/self/cgroup") as fh:
+            assert fh.read() == before
+        assert child.pid in (cgroup.members() or set())
+        assert not [t for t in threading.enumerate() if t.name == "pipguard-cgroup-warm"]
+        with pytest.raises(OSError):
+            os.fstat(fast._fd)
+    finally:
+        child.kill()
+        child.wait()
+        cgroup.remove()
+    unwritable = limits.RunCgroup()
+    unwritable.own_procs = "/proc/self/no-such-cgroup.procs"
+    assert unwritable.move_kept_fast() is None

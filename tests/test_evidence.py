@@ -157,14 +157,16 @@ def test_files_written_in_allowed_root(work, fake_home, tmp_path, backend):
     assert r.returncode == 0, r.stderr
     written = {f["path"]: f for f in r.report["files_written"]}
     assert written[str(out / "data.bin")] == {"path": str(out / "data.bin"), "size": len(payload),
-                                              "sha256": hashlib.sha256(payload).hexdigest()}
+                                              "sha256": hashlib.sha256(payload).hexdigest(),
+                                              "discarded": False}  # on the host: it stays
     assert written[str(out / "sub" / "x")]["sha256"] == hashlib.sha256(b"abc").hexdigest()
     assert str(work / "built.txt") not in written  # the build dir is recorded only on request
 
     r = run_os(["sh", "-c", cmd], work, fake_home, "--allow-write", out, "--record-build-dir", backend=backend)
     written = {f["path"]: f for f in r.report["files_written"]}
     assert written[str(work / "built.txt")] == {"path": str(work / "built.txt"), "size": 5,
-                                                "sha256": hashlib.sha256(b"built").hexdigest()}
+                                                "sha256": hashlib.sha256(b"built").hexdigest(),
+                                                "discarded": False}
 
 
 # --- lifetime ------------------------------------------------------------------------------------

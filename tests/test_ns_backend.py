@@ -521,3 +521,57 @@ def test_a_landlock_only_read_grant_looks_writable_and_refuses_writes(backend, w
     finally:
         shutil.rmtree(outside, ignore_errors=True)
         shutil.rmtree(below_tmp, ignore_errors=True)
+
+
+# --------------------------------------- issue 14: what ns keeps from the host's eyes and ours
+@requires("root")
+@pytest.mark.parametrize("who", ["root", "nobody"])
+def test_native_writes_in_the_namespace_tmp_are_files_written(who, request, work, fake_home):
+    """A native write below the namespace's own /tmp or /dev/shm lands in a
+    private tmpfs (gone with it): it is reported as a file written, discarded,
+    with its content's hash; pipguard's own mount points there are not. The
+    build dir (bound inside, below /tmp here when the test's work dir is) and
+    the sandbox's HOME are snapshotted as before, never listed as discarded."""
+    import hashlib
+
+    work, home, runner = _setup(who, request, work, fake_home)
+    staged = f"stolen-looking-{os.getpid()}-{who}\n"
+    script = ("printf %s \"$1\" > /tmp/stage.txt; mkdir -p /tmp/d/e; printf y > /tmp/d/e/y; "
+              "printf s > /dev/shm/sem.x; ln -s /etc/hostname /tmp/link; mkfifo /tmp/fifo; "
+              "echo built > out.txt; (sleep 30; printf late > /tmp/late) & exit 0")
+    r = pg.cli(["run", "--isolation", "ns", "--record-build-dir", "--", "sh", "-c", script, "sh", staged],
+               cwd=work, env=home.env(), runner=runner)
+    assert r.returncode == 0, r.stderr
+    written = {f["path"]: f for f in r.report["files_written"]}
+    discarded = {p: f for p, f in written.items() if f.get("discarded")}
+    # exactly what the run wrote there: no mount point, no symlink, no fifo, nothing late
+    assert sorted(discarded) == ["/dev/shm/sem.x", "/tmp/d/e/y", "/tmp/stage.txt"], written
+    assert discarded["/tmp/stage.txt"]["sha256"] == hashlib.sha256(staged.encode()).hexdigest()
+    assert discarded["/tmp/stage.txt"]["size"] == len(staged)
+    out = str(work / "out.txt")
+    assert out in written and not written[out].get("discarded"), written
+    assert not os.path.exists("/tmp/stage.txt") or open("/tmp/stage.txt").read() != staged
+    assert r.report["verdict"] != "blocked" or all(e["rule"] == "lingering-process"
+                                                   for e in r.report["events"] if e["action"] == "blocked")
+    # the table on stderr says where the file was
+    assert "/tmp/stage.txt (namespace tmpfs, discarded)" in r.stderr, r.stderr
+
+
+@requires("root")
+def test_sys_is_the_namespaces_own(work, fake_home):
+    """With a net namespace of its own the sandbox gets a sysfs of that namespace:
+    /sys/class/net shows only lo, and none of the host's submounts below /sys
+    (cgroup, tracefs, debugfs) is there. With the host's network, /sys is the host's."""
+    probe = ("ls /sys/class/net; echo --; ls /sys/fs/cgroup | head -3; echo --; "
+             "grep -c ' /sys' /proc/self/mountinfo")
+    r = pg.cli(["run", "--isolation", "ns", "--", "sh", "-c", probe], cwd=work, env=fake_home.env())
+    assert r.returncode == 0, r.stderr
+    nets, cgroup, mounts = r.stdout.split("--\n")
+    assert nets.split() == ["lo"], r.stdout
+    assert cgroup.split() == [], r.stdout
+    assert mounts.split() == ["1"], r.stdout  # /sys alone
+    host_nets = sorted(os.listdir("/sys/class/net"))
+    r = pg.cli(["run", "--isolation", "ns", "--allow-network", "--", "sh", "-c", probe], cwd=work,
+               env=fake_home.env())
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.split("--\n")[0].split()) == host_nets, r.stdout

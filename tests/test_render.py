@@ -631,3 +631,19 @@ def test_the_combined_report_keeps_the_largest_use_of_each_limit():
     used = both.limits["memory"]["used"]
     assert used["value"] == 70 and used["phase"] == "build_wheel" and used["package"] == "a"
     assert both.limits["memory"]["value"] == 100 and both.limit_hit == "memory"
+
+
+def test_a_file_left_in_the_namespace_tmp_says_so():
+    """A file written in the namespace's own /tmp (gone with it) is marked in the table and
+    in Markdown, and keeps its flag through a saved report; a host file is not marked."""
+    from pipguard.render import DISCARDED
+    from pipguard.report import from_json
+
+    report = make(files_written=(FileWritten("/tmp/stage.txt", "ab" * 32, 7, discarded=True),
+                                 FileWritten("/srv/build/out.o", "cd" * 32, 9)))
+    out = table.render(report)
+    assert "/tmp/stage.txt" + DISCARDED in out
+    assert "/srv/build/out.o" + DISCARDED not in out and "/srv/build/out.o" in out
+    text = markdown.render(report)
+    assert "`/tmp/stage.txt`" + DISCARDED in text and "`/srv/build/out.o`" + DISCARDED not in text
+    assert [f.discarded for f in from_json(report.to_json()).files_written] == [True, False]

@@ -96,7 +96,9 @@ class Entered:
       (ns: its pid 1), left out of the command's process tree;
     - ``evidence_fds``: name -> an fd the launcher took from a helper with
       ``pidfd_getfd``, now the caller's to read and close (ns: ``"decoys"``,
-      the inotify fd on the decoy credentials);
+      the inotify fd on the decoy credentials; ``"tmpfs:/tmp"`` and
+      ``"tmpfs:/dev/shm"``, handles on the namespace's own tmpfs, which keep
+      them readable after the namespace is gone);
     - ``evidence_info``: what the reader of those fds needs (ns: ``"decoys"``,
       inotify watch descriptor -> decoy path);
     - ``pid_namespace``: pids the sandbox names are not host pids (the

@@ -74,6 +74,7 @@ import signal
 import socket
 import stat
 import struct
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
@@ -203,7 +204,9 @@ class Mount:
     that its owner's rights are the sandbox's: see :func:`_owner_only`),
     "ro-landlock" (a bind left writable as a mount: Landlock alone refuses
     writes, so ``access(W_OK)`` answers from the mode, not ``EROFS``; see
-    ``Policy.read_only_by_landlock``), "tmpfs", "dev" (the minimal /dev), "device" (bind a device
+    ``Policy.read_only_by_landlock``), "sysfs" (a sysfs of the run's net
+    namespace at ``/sys``, or where the kernel refuses it a read-only bind of
+    ``source``), "tmpfs", "dev" (the minimal /dev), "device" (bind a device
     node), "proc", "symlink" (``source`` is the link's text), "decoys" (a
     tmpfs with decoy credentials at a home's path)."""
 
@@ -343,7 +346,12 @@ def spec_for(read_paths: Sequence[str], write_paths: Sequence[str], device_paths
         if not _under(link, ["/proc", "/dev"]):
             mounts.append(Mount("symlink", link, text))
     owner_only = euid == 0 and _owner_only
-    mounts += [Mount("ro-owner" if owner_only and owner_only(r) else "ro", r, r) for r in reads]
+    mounts += [Mount("ro-owner" if owner_only and owner_only(r) else "ro", r, r) for r in reads
+               if not (r == "/sys" and not network_all)]
+    if "/sys" in reads and not network_all:
+        # a sysfs of our own net namespace (only lo under /sys/class/net, none of the host's
+        # submounts: cgroup, debugfs, tracefs, bpf), where the kernel allows it; else the bind
+        mounts.append(Mount("sysfs", "/sys", "/sys"))
     mounts += [Mount("ro-landlock", r, r) for r in by_landlock]
     mounts += [Mount("mask", m) for m in masks]
     mounts += [Mount("rw", w, w) for w in writes]
@@ -352,7 +360,7 @@ def spec_for(read_paths: Sequence[str], write_paths: Sequence[str], device_paths
         if dev.startswith("/dev/") and os.path.exists(real) and dev != "/dev/shm":
             mounts.append(Mount("device", dev, real))
     # parents first: a tmpfs or a bind before anything mounted below it
-    kinds = {"tmpfs": 0, "dev": 0, "proc": 0, "decoys": 0, "symlink": 1, "ro": 2, "ro-owner": 2,
+    kinds = {"tmpfs": 0, "dev": 0, "proc": 0, "decoys": 0, "symlink": 1, "ro": 2, "ro-owner": 2, "sysfs": 2,
              "ro-landlock": 2, "rw": 2, "mask": 2, "device": 3}
     mounts.sort(key=lambda m: (m.path.rstrip("/").count("/"), kinds[m.kind], m.path))
     if euid == 0:
@@ -556,7 +564,47 @@ def _userns_fd(map_uid: int, map_gid: int, host_uid: int, host_gid: int) -> int:
         os.waitpid(pid, 0)
 
 
-def _root_trees(spec: NamespaceSpec) -> Dict[str, int]:
+#: (map_uid, map_gid, host_uid, host_gid) -> a user namespace fd of this
+#: (root) pipguard process, made once (:func:`premade_idmaps`)
+_idmaps: Dict[Tuple[int, int, int, int], int] = {}
+_idmaps_lock = threading.Lock()
+
+
+def premade_idmaps(spec: NamespaceSpec) -> Dict[str, str]:
+    """In the launching (root) process: the idmap user namespaces a run's
+    write roots need, made once per pipguard process (each costs a throw-away
+    child, ~5 ms of every hook call's launch when the first process made its
+    own), as paths the first process opens while it is still root
+    (``/proc/PID/fd/N`` of this process): ``{"uid:gid": path}``. Whatever
+    cannot be made here is left to the first process, which says why."""
+    found: Dict[str, str] = {}
+    with _idmaps_lock:
+        for mount in spec.mounts:
+            if mount.kind not in ("rw", "ro-owner"):
+                continue
+            try:
+                st = os.stat(mount.source)
+                key = (st.st_uid, st.st_gid, spec.host_uid, spec.host_gid)
+                if key not in _idmaps:
+                    _idmaps[key] = _userns_fd(*key)
+            except (OSError, NamespaceError):
+                continue
+            found[f"{st.st_uid}:{st.st_gid}"] = f"/proc/{os.getpid()}/fd/{_idmaps[key]}"
+    return found
+
+
+def _premade(premade: Optional[Mapping[str, str]], key: Tuple[int, int]) -> int:
+    """The launcher's idmap user namespace for owner ``key``, opened; 0 if none."""
+    path = (premade or {}).get("%d:%d" % key)
+    if not path:
+        return 0
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return 0  # then we make our own
+
+
+def _root_trees(spec: NamespaceSpec, premade: Optional[Mapping[str, str]] = None) -> Dict[str, int]:
     """As root, before the uid switch: a detached copy (open_tree) of every
     bind, attached in the new root by pid 1 — the unprivileged uid could not
     reach a source below a 0700 directory (/root/.pyenv/...). Write roots are
@@ -576,7 +624,8 @@ def _root_trees(spec: NamespaceSpec) -> Dict[str, int]:
                 st = os.stat(mount.source)
                 key = (st.st_uid, st.st_gid)
                 if key not in userns:
-                    userns[key] = _userns_fd(st.st_uid, st.st_gid, spec.host_uid, spec.host_gid)
+                    userns[key] = _premade(premade, key) or _userns_fd(
+                        st.st_uid, st.st_gid, spec.host_uid, spec.host_gid)
                 _setattr("", MOUNT_ATTR_IDMAP, userns[key], fd=tree, flags=AT_EMPTY_PATH | AT_RECURSIVE)
     finally:
         for fd in userns.values():
@@ -612,12 +661,13 @@ def enter(spec_json: Mapping[str, Any], control_fd: int) -> Dict[str, Any]:
     """In the sandbox's forked first process, before the OS layer: create
     the namespaces and the new root (see the module docstring). Returns only
     in the command's process (pid 2 inside), with what its status line must
-    carry for the launcher (``{"decoy_fd": N, "decoys": {wd: path}}``); the
+    carry for the launcher (``{"decoy_fd": N, "decoys": {wd: path},
+    "tmpfs_fds": {"/tmp": N, "/dev/shm": N}}``, fds of pid 1); the
     other processes end in ``os._exit``. On failure the reason goes to the
     launcher on ``control_fd`` and the process exits 125."""
     spec = NamespaceSpec.from_json(spec_json)
     try:
-        trees = _root_trees(spec) if spec.idmap_writes and os.geteuid() == 0 else {}
+        trees = _root_trees(spec, spec_json.get("idmap_userns")) if spec.idmap_writes and os.geteuid() == 0 else {}
         if os.geteuid() == 0:
             _become(spec.host_uid, spec.host_gid)
         flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
@@ -691,6 +741,10 @@ def _init(spec: NamespaceSpec, trees: Dict[str, int], status_w: int, control_fd:
         name_b = spec.hostname.encode()
         _check(_libc.sethostname(name_b, len(name_b)), "sethostname")
         decoy_fd, decoys = _watch_decoys(spec)
+        # what lands in our own /tmp and /dev/shm is gone with the namespace: the
+        # launcher takes a handle on each (it keeps the tmpfs alive) and lists
+        # what the run left there, as files written (discarded ones)
+        tmpfs_fds = {path: os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) for path in PRIVATE_TMPFS}
         _blank_own_strings()
     except (OSError, NamespaceError) as exc:
         _send_error(control_fd, f"the namespace backend could not build the sandbox's root: {exc}",
@@ -707,8 +761,10 @@ def _init(spec: NamespaceSpec, trees: Dict[str, int], status_w: int, control_fd:
         os.close(status_w)
         os.close(handed_r)
         os.close(decoy_fd)  # pid 1 keeps it; the launcher takes it from there
+        for fd in tmpfs_fds.values():
+            os.close(fd)  # the same
         os.setsid()  # a session of its own inside: its pgid is visible to it
-        return {"decoy_fd": decoy_fd, "decoys": decoys}
+        return {"decoy_fd": decoy_fd, "decoys": decoys, "tmpfs_fds": tmpfs_fds}
     os.close(control_fd)
     os.close(handed_w)
     while True:
@@ -831,6 +887,16 @@ def _place(mount: Mount, trees: Dict[str, int]) -> None:
         _ensure_dir(target)
         _mount("proc", target, "proc", MS_NOSUID | MS_NODEV | 8)  # MS_NOEXEC
         return
+    if kind == "sysfs":
+        _ensure_dir(target)
+        try:
+            # allowed to the owner of the net namespace (us) while a full sysfs is visible
+            # (the old root's, as for /proc); refused where the host's /sys is partly
+            # covered (a container's masks): then the read-only bind below
+            _mount("sysfs", target, "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | 8)  # MS_NOEXEC
+            return
+        except OSError:
+            pass
     if kind == "mask":  # over an entry of a directory bound whole: empty, read-only
         if os.path.isdir(target):
             _mount("tmpfs", target, "tmpfs", MS_NODEV | MS_NOSUID, "mode=0755,size=64k")
@@ -859,7 +925,7 @@ def _place(mount: Mount, trees: Dict[str, int]) -> None:
                              MOVE_MOUNT_F_EMPTY_PATH), f"move_mount {mount.path}")
     else:
         _mount(source, target, None, MS_BIND | MS_REC)
-    if kind in ("ro", "ro-owner"):
+    if kind in ("ro", "ro-owner", "sysfs"):
         _setattr(target, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
     elif kind in ("rw", "ro-landlock"):
         _setattr(target, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)

@@ -57,9 +57,10 @@ class Phase:
     def written_outside(self) -> Tuple[FileWritten, ...]:
         """Files the phase wrote outside its own directories (that were
         allowed: the sandbox's private temp dir and HOME). Refused writes
-        are blocked ``file-write`` events, see :attr:`blocked_writes`."""
-        return tuple(f for f in self.report.files_written
-                     if not any(f.path == d or f.path.startswith(d + "/") for d in self.own_dirs))
+        are blocked ``file-write`` events, see :attr:`blocked_writes`.
+        A file in the namespace's own ``/tmp`` never reached the host."""
+        return tuple(f for f in self.report.files_written if not f.discarded
+                     and not any(f.path == d or f.path.startswith(d + "/") for d in self.own_dirs))
 
     @property
     def blocked_writes(self) -> Tuple[Event, ...]:

@@ -20,6 +20,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: The names ``--format`` accepts, in the order ``--help`` shows them.
 FORMATS = ("table", "json", "sarif", "markdown")
+#: after a file the run left in the namespace's own /tmp or /dev/shm (gone with it)
+DISCARDED = " (namespace tmpfs, discarded)"
 
 #: ``render(report, *, color=False) -> str``
 Renderer = Callable[..., str]

@@ -32,7 +32,7 @@ import re
 import shlex
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence
 
-from pipguard.render import printable
+from pipguard.render import DISCARDED, printable
 from pipguard.report import INFORMATIONAL_RULES
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -357,7 +357,8 @@ class _View:
                          + _table(["action", "proto", "destination", "pid"], rows) + _more(len(network), MAX_ROWS))
         files = [_dict(f) for f in _list(self.data.get("files_written"))]
         if files:
-            rows = [[code(f.get("path", "?")), text(f.get("size", "?")), code(str(f.get("sha256") or "")[:12], 12)]
+            rows = [[code(f.get("path", "?")) + (DISCARDED if f.get("discarded") else ""),
+                     text(f.get("size", "?")), code(str(f.get("sha256") or "")[:12], 12)]
                     for f in files[:MAX_ROWS]]
             parts.append(f"**Files written ({len(files)})**\n\n"
                          + _table(["path", "size", "sha256"], rows) + _more(len(files), MAX_ROWS))

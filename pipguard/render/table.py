@@ -19,7 +19,7 @@ import signal
 import textwrap
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
-from pipguard.render import load_tabulate
+from pipguard.render import DISCARDED, load_tabulate
 from pipguard.render import printable as _clean
 from pipguard import rules
 from pipguard.report import Event, ProcessRecord, Report
@@ -236,7 +236,8 @@ def files_table(report: Report, *, max_rows: int = MAX_ROWS) -> str:
     files = report.files_written
     if not files:
         return ""
-    rows = [[_cell(f.path), str(f.size), _clean(f.sha256[:12])] for f in files[:max_rows]]
+    rows = [[_cell(f.path + (DISCARDED if f.discarded else "")), str(f.size), _clean(f.sha256[:12])]
+            for f in files[:max_rows]]
     return _section(
         f"Files written ({len(files)})",
         ["path", "size", "sha256"],
