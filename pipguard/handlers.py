@@ -418,7 +418,14 @@ class Handlers:
         return os.path.realpath(path)
 
     def _inside(self, pid: int):
-        """Is a /proc/<n> entry one of the sandbox's own processes (as seen by ``pid``)?"""
+        """Is a /proc/<n> entry one of the sandbox's own processes (as seen by ``pid``)?
+        In a pid namespace of its own, always: its /proc is that namespace's, where
+        every number names one of its processes (pid 1, pipguard's init, is not
+        dumpable: the kernel refuses its private files) — the number is not a host
+        pid to look up (that looked-up host process made ``ps`` under ns with read
+        observation a ``proc-other-process`` finding)."""
+        if self._lifetime.own_pid_namespace:
+            return lambda other: True
         return lambda other: other == pid or other in self.evidence.processes
 
     def _file_decision(self, note: notify.Notification, dirfd: int, path_addr: int,

@@ -483,6 +483,22 @@ def test_observe_reads_on_under_ns(work, fake_home):
     assert both.returncode == 2 and "contradict" in both.stderr, both.stderr
 
 
+def test_siblings_proc_files_are_its_own_under_ns_with_read_observation(work, fake_home):
+    """In its own pid namespace every /proc/<n> is one of the sandbox's processes: ``ps``-like
+    reads of a sibling's cmdline and environ with read observation on are no finding (they
+    were ``proc-other-process``: the namespace pid was looked up as a host pid), while the
+    key read in the same run still is."""
+    key = str(fake_home.secrets["id_rsa"])
+    script = ('sleep 5 & kid=$!; tr "\\0" " " < /proc/$kid/cmdline; echo; '
+              'wc -c < /proc/$kid/environ; cat /proc/1/cmdline | wc -c; kill $kid; cat "$1"')
+    r = pg.cli(["run", "--isolation", "ns", "--observe-reads", "--", "sh", "-c", script, "sh", key],
+               cwd=work, env=fake_home.env())
+    assert r.stdout.splitlines()[0].strip() == "sleep 5", (r.stdout, r.stderr)
+    assert int(r.stdout.splitlines()[1]) > 0  # a sibling's environ: readable, its own
+    assert not [e for e in r.report["events"] if e["rule"] == "proc-other-process"], r.report["events"]
+    assert [e["rule"] for e in r.blocked(kind="file-read") if e["target"] == key] == ["secret-read"]
+
+
 LANDLOCK_ONLY = textwrap.dedent("""
     import json, sys
     from pipguard.policy import Policy
