@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import Dict, Iterable, List, Tuple
+from typing import Dict, Iterable, Iterator, List, Set, Tuple
 
 from pipguard.report import FileWritten
 
@@ -14,11 +14,41 @@ Snapshot = Dict[str, Tuple[int, int, int]]
 _MAX_FILES = 200_000
 
 
+def walk(top: str) -> Iterator[Tuple[str, List[str], List[str]]]:
+    """``os.walk(top)`` (top-down, links to directories listed among the
+    directories but not followed, unreadable directories skipped; prune by
+    editing the list) without recursion: before Python 3.12 ``os.walk``
+    recurses, and a build that left a tree ~1000 directories deep ended
+    pipguard with ``RecursionError`` and lost the run's evidence (review of
+    the eleventh session)."""
+    stack = [top]
+    while stack:
+        directory = stack.pop()
+        try:
+            with os.scandir(directory) as entries:
+                listed = list(entries)
+        except OSError:
+            continue
+        dirnames: List[str] = []
+        filenames: List[str] = []
+        real_dirs: Set[str] = set()
+        for entry in listed:
+            try:
+                is_dir = entry.is_dir()
+                if is_dir and not entry.is_symlink():
+                    real_dirs.add(entry.name)
+            except OSError:
+                is_dir = False
+            (dirnames if is_dir else filenames).append(entry.name)
+        yield directory, dirnames, filenames
+        stack.extend(os.path.join(directory, name) for name in reversed(dirnames) if name in real_dirs)
+
+
 def snapshot(roots: Iterable[str]) -> Snapshot:
     """(size, mtime_ns, inode) of every regular file under ``roots``."""
     out: Snapshot = {}
     for root in roots:
-        for dirpath, dirnames, filenames in os.walk(root):
+        for dirpath, dirnames, filenames in walk(root):
             for name in filenames:
                 path = os.path.join(dirpath, name)
                 try:
@@ -54,44 +84,127 @@ def changed(before: Snapshot, after: Snapshot) -> List[FileWritten]:
     return out
 
 
-def left_in(handle: int, shown_as: str, skip: Iterable[str] = ()) -> List[FileWritten]:
+#: how deep :func:`left_in` goes, and how many bytes it hashes in all (a run that
+#: leaves more, or what it cannot read, has its files "not listed": a finding)
+MAX_DEPTH = 128
+HASH_BUDGET = 4 << 30
+_O_WALK = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0)
+
+
+def left_in(handle: int, shown_as: str, skip: Iterable[str] = ()) -> Tuple[List[FileWritten], List[str]]:
     """The regular files in the filesystem that ``handle`` (an fd on its top
-    directory) holds, named as below ``shown_as``: for the namespace backend's
-    own ``/tmp`` and ``/dev/shm``, which start empty and are gone after the
-    run (``discarded``), so every file there was written by it. Stays on that
-    filesystem (a bind mounted inside is a grant, snapshotted as such) and
-    leaves out ``skip``, the paths (as shown) where pipguard mounted something:
-    once the namespace is gone, the mount points it made there show. Never raises."""
-    top = f"/proc/self/fd/{handle}"
+    directory) holds, named as below ``shown_as``, and what could not be
+    listed: for the namespace backend's own ``/tmp`` and ``/dev/shm``, which
+    start empty and are gone after the run (``discarded``), so every file
+    there was written by it. Walked from directory descriptors, without
+    recursion (no path is ever too long, no tree too deep to crash us), each
+    entry opened with ``O_NOFOLLOW | O_NONBLOCK`` and checked to be the
+    regular file ``lstat`` saw; stays on that filesystem (a bind mounted
+    inside is a grant, snapshotted as such). Leaves out what pipguard
+    mounted there once the namespace is gone: an *empty* entry at a path of
+    ``skip``. Returns (files, [why each thing was not listed]); never raises."""
     skipped = {os.path.normpath(p) for p in skip}
-    try:
-        device = os.stat(top).st_dev
-    except OSError:
-        return []
     out: List[FileWritten] = []
-    for dirpath, dirnames, filenames in os.walk(top):
-        shown_dir = shown_as + dirpath[len(top):]
-        for name in list(dirnames):
-            path = os.path.join(dirpath, name)
-            try:
-                other = os.lstat(path).st_dev != device
-            except OSError:
-                other = True
-            if other or os.path.join(shown_dir, name) in skipped:
-                dirnames.remove(name)
-        for name in filenames:
-            path = os.path.join(dirpath, name)
-            shown = os.path.join(shown_dir, name)
-            try:
-                st = os.lstat(path)
-                if not stat.S_ISREG(st.st_mode) or st.st_dev != device or shown in skipped:
-                    continue
-                out.append(FileWritten(shown, sha256(path), st.st_size, discarded=True))
-            except OSError:
+    missed: List[str] = []
+    budget = HASH_BUDGET
+    try:
+        top = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=handle)
+    except OSError as exc:
+        return out, [f"{shown_as}: {exc.strerror}"]
+    device = os.fstat(top).st_dev
+    # (directory fd, its path as shown, its depth, the names left to look at)
+    stack: List[Tuple[int, str, int, List[str]]] = []
+    try:
+        try:
+            stack.append((top, shown_as, 0, sorted(os.listdir(top), reverse=True)))
+        except OSError as exc:
+            os.close(top)
+            return out, [f"{shown_as}: {exc.strerror}"]
+        while stack:
+            fd, shown_dir, depth, names = stack[-1]
+            if not names:
+                os.close(fd)
+                stack.pop()
                 continue
+            name = names.pop()
+            shown = shown_dir.rstrip("/") + "/" + name
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except OSError as exc:
+                missed.append(f"{shown}: {exc.strerror}")
+                continue
+            if st.st_dev != device or not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
+                continue  # a grant bound here, a symlink, a fifo: not a file the run left
+            if shown in skipped and (st.st_size == 0 or stat.S_ISDIR(st.st_mode)):
+                if not stat.S_ISDIR(st.st_mode) or not _has_entries(fd, name):
+                    continue  # pipguard's own mount point
+            try:
+                child = os.open(name, _O_WALK | (os.O_DIRECTORY if stat.S_ISDIR(st.st_mode) else 0), dir_fd=fd)
+            except OSError as exc:
+                missed.append(f"{shown}: {exc.strerror}")
+                continue
+            opened = os.fstat(child)
+            if (opened.st_dev, opened.st_ino) != (st.st_dev, st.st_ino):
+                os.close(child)
+                missed.append(f"{shown}: changed while it was listed")
+                continue
+            if stat.S_ISDIR(opened.st_mode):
+                if depth + 1 > MAX_DEPTH:
+                    os.close(child)
+                    missed.append(f"{shown}: deeper than {MAX_DEPTH} directories")
+                    continue
+                try:
+                    entries = sorted(os.listdir(child), reverse=True)
+                except OSError as exc:
+                    os.close(child)
+                    missed.append(f"{shown}: {exc.strerror}")
+                    continue
+                stack.append((child, shown, depth + 1, entries))
+                continue
+            try:
+                if opened.st_size > budget:
+                    missed.append(f"{shown}: not hashed ({opened.st_size} bytes, over the run's budget)")
+                    out.append(FileWritten(shown, "", opened.st_size, discarded=True))
+                    continue
+                budget -= opened.st_size
+                out.append(FileWritten(shown, _sha256_fd(child), opened.st_size, discarded=True))
+            except OSError as exc:
+                missed.append(f"{shown}: {exc.strerror}")
+            finally:
+                os.close(child)
             if len(out) >= _MAX_FILES:
-                return out
-    return out
+                missed.append(f"{shown_as}: more than {_MAX_FILES} files")
+                break
+    except Exception as exc:  # noqa: BLE001 - evidence, not a crash: say what stopped us
+        missed.append(f"{shown_as}: the listing stopped: {type(exc).__name__}: {exc}")
+    finally:
+        for fd, *_rest in stack:
+            os.close(fd)
+    return out, missed
+
+
+def _has_entries(dir_fd: int, name: str) -> bool:
+    try:
+        fd = os.open(name, _O_WALK | os.O_DIRECTORY, dir_fd=dir_fd)
+    except OSError:
+        return True
+    try:
+        return bool(os.listdir(fd))
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def _sha256_fd(fd: int) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    while True:
+        block = os.read(fd, 1 << 20)
+        if not block:
+            return digest.hexdigest()
+        digest.update(block)
 
 
 def remove_tree(top: str) -> None:
@@ -114,4 +227,16 @@ def remove_tree(top: str) -> None:
     for _ in range(16):
         if not os.path.lexists(top):
             return
-        shutil.rmtree(top, onerror=reopen)
+        try:
+            shutil.rmtree(top, onerror=reopen)
+        except RecursionError:
+            break  # a tree deeper than the interpreter's recursion (rmtree recurses)
+        except OSError:
+            pass
+    if os.path.lexists(top):
+        # coreutils walks any depth with descriptors (fts), never following links
+        import subprocess
+
+        with open(os.devnull, "wb") as null:
+            subprocess.run(["chmod", "-R", "u+rwX", "--", top], stdout=null, stderr=null, check=False)
+            subprocess.run(["rm", "-rf", "--one-file-system", "--", top], stdout=null, stderr=null, check=False)

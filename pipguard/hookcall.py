@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from pipguard import srcguard
+from pipguard.files import walk
 from pipguard.policy import HostPort, Policy
 from pipguard.report import Report
 
@@ -300,7 +301,7 @@ def _check_output(call: HookCall, value) -> List[Problem]:
         if not stat.S_ISDIR(mode):
             problems.append(Problem("hook-output", "prepared metadata is not a directory", result))
         else:
-            for root, dirs, files in os.walk(result):
+            for root, dirs, files in walk(result):
                 for name in dirs + files:
                     path = os.path.join(root, name)
                     if os.path.islink(path) or not (os.path.isdir(path) or _regular(path)):

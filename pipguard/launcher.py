@@ -232,6 +232,8 @@ def start(plan: Plan, meanwhile: Optional[Callable[[], None]] = None,
             seccomp.prebuild(plan.os_spec, notify=plan.os_spec.notify)
     else:
         process, parent_sock = _fork(config)
+    listener: Optional[int] = None
+    entered: Optional[Entered] = None
     try:
         if spare is None:
             process.receive_root()
@@ -254,7 +256,6 @@ def start(plan: Plan, meanwhile: Optional[Callable[[], None]] = None,
         if "error" in status:
             process.wait()
             raise LayerUnavailable(status["error"], hint=status.get("hint"))
-        listener = None
         unavailable = dict(status.get("unavailable", {}))
         applied = tuple(status.get("applied", ()))
         entered = _entered(status.get("backend"), sender)
@@ -287,6 +288,10 @@ def start(plan: Plan, meanwhile: Optional[Callable[[], None]] = None,
     except BaseException:
         process.kill()
         process.release()
+        # what was taken for the run that now does not start (fds of ours)
+        for fd in ([listener] if listener is not None else []) + \
+                  (list(entered.evidence_fds.values()) if entered is not None else []):
+            os.close(fd)
         raise
     finally:
         parent_sock.close()
@@ -411,9 +416,14 @@ def _entered(info: Optional[dict], sender: int) -> Optional[Entered]:
         raise PipguardError("the namespace backend's status came without the sender's credentials")
     init_pid, _comm = notify.proc_stat(sender)
     fds: Dict[str, int] = {}
-    if info.get("decoy_fd") is not None:
-        fds["decoys"] = notify.take_fd(init_pid, int(info["decoy_fd"]))
-    for path, fd in (info.get("tmpfs_fds") or {}).items():
-        fds["tmpfs:" + str(path)] = notify.take_fd(init_pid, int(fd))
+    try:
+        if info.get("decoy_fd") is not None:
+            fds["decoys"] = notify.take_fd(init_pid, int(info["decoy_fd"]))
+        for path, fd in (info.get("tmpfs_fds") or {}).items():
+            fds["tmpfs:" + str(path)] = notify.take_fd(init_pid, int(fd))
+    except BaseException:
+        for taken in fds.values():
+            os.close(taken)
+        raise
     return Entered(sender, (init_pid,), fds, True,
                    {"decoys": {int(k): str(v) for k, v in (info.get("decoys") or {}).items()}})

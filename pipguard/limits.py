@@ -281,6 +281,10 @@ class RunCgroup:
         if self.own_procs is None:
             return None
         try:
+            # only where that file is where we are (a cgroup mount whose root is not the
+            # hierarchy's would make the "no-op" a real move of pipguard)
+            if str(os.getpid()) not in _read(self.own_procs).split():
+                return None
             return FastMove(self.own_procs)
         except OSError:
             return None
@@ -392,20 +396,27 @@ class FastMove:
         self._thread = threading.Thread(target=self._loop, name="pipguard-cgroup-warm", daemon=True)
         self._thread.start()
 
+    #: a launch takes ~30 ms; past this the thread ends by itself (whatever happened to
+    #: the launch: an interrupt between start and stop must not leave it running)
+    LIFETIME = 2.0
+
     def _loop(self) -> None:
         pid = str(os.getpid()).encode()
-        while True:
-            try:
-                os.pwrite(self._fd, pid, 0)
-            except OSError:
-                pass  # refused after the lock was taken (EBUSY, EACCES): it warmed all the same
-            if self._stop.wait(0.002):
-                return
+        until = time.monotonic() + self.LIFETIME
+        try:
+            while time.monotonic() < until:
+                try:
+                    os.pwrite(self._fd, pid, 0)
+                except OSError:
+                    pass  # refused after the lock was taken (EBUSY, EACCES): it warmed all the same
+                if self._stop.wait(0.002):
+                    return
+        finally:
+            os.close(self._fd)
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
-        os.close(self._fd)
 
 
 def _zombie(pid: int) -> bool:

@@ -94,6 +94,8 @@ MESSAGES = {
     "config-lookup": "configuration lookup in the sandbox home (it is empty)",
     "toolchain-prefix": "the prefix of a PATH toolchain in a home, looked into by a build tool's "
                         "search (refused: it is not granted)",
+    "unlisted-files": "the run left files in the namespace's own /tmp that could not all be listed "
+                      "(too deep, unreadable, too many): what cannot be seen counts as hidden",
     "privileged-mode": "a setuid/setgid bit on a file the build wrote (cleared: on the host it "
                        "would be root's)",
 }

@@ -115,8 +115,9 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
         notify(f"starting {' '.join(argv)[:80]}")
         run_as = (lease.user.uid, lease.user.gid) if lease else None
         # the command's move into its cgroup comes at the launch's end: wait for the kernel meanwhile
-        fast = prepared.cgroup.move_kept_fast() if prepared.cgroup else None
+        fast = None
         try:
+            fast = prepared.cgroup.move_kept_fast() if prepared.cgroup else None
             started = launcher.start(plan, meanwhile=lambda: _while_confining(meanwhile),
                                      rlimits=prepared.rlimits,
                                      before_exec=prepared.cgroup.add if prepared.cgroup else None,
@@ -143,7 +144,7 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
         if lease is not None:
             # before the snapshot: files the sandbox left are given back first
             lease.release(nothing_left=prepared.cgroup is not None and prepared.cgroup.members() == set())
-        written = files.changed(before, files.snapshot(roots)) + _left_in_namespace(plan, started)
+        written = files.changed(before, files.snapshot(roots)) + _left_in_namespace(plan, started, supervisor)
         return _report(plan, started, evidence, written, started_at, prepared,
                        lease.user if lease else None)
     finally:
@@ -191,7 +192,7 @@ def _decoy_evidence(watch, supervisor) -> None:
                                        "decoy-read", {"decoy": True, "seen": f"inotify {how}"}, when=when)
 
 
-def _left_in_namespace(plan: Plan, started) -> List[FileWritten]:
+def _left_in_namespace(plan: Plan, started, supervisor) -> List[FileWritten]:
     """What the run left in the namespace's own ``/tmp`` and ``/dev/shm``
     (the launcher holds a handle on each): files written, ``discarded`` —
     they never reach the host, but they are what the run staged, and a native
@@ -203,7 +204,14 @@ def _left_in_namespace(plan: Plan, started) -> List[FileWritten]:
     out: List[FileWritten] = []
     for key, fd in sorted(entered.evidence_fds.items()):
         if key.startswith("tmpfs:"):
-            out += files.left_in(fd, key[len("tmpfs:"):], skip=mounted)
+            found, missed = files.left_in(fd, key[len("tmpfs:"):], skip=mounted)
+            out += found
+            if missed:
+                # what the walk could not see may be what the run wanted unseen (a tree
+                # deeper than it goes, a directory made unreadable): a finding, never a gap
+                supervisor.collector.add_event(
+                    "file-write", "blocked", "ns", supervisor.started.command_pid, key[len("tmpfs:"):],
+                    "unlisted-files", {"count": len(missed), "first": missed[:8]}, always=True)
     return out
 
 

@@ -25,7 +25,6 @@ the user's own).
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
@@ -215,7 +214,9 @@ def _remove(path: str) -> None:
     except OSError:
         return
     if stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(path, ignore_errors=True)  # does not follow links inside
+        from pipguard.files import remove_tree
+
+        remove_tree(path)  # does not follow links inside; any depth (a build made this tree)
     else:
         try:
             os.unlink(path)

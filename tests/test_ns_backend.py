@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import pathlib
 import shutil
 import subprocess
 import sys
@@ -569,8 +570,10 @@ def test_native_writes_in_the_namespace_tmp_are_files_written(who, request, work
     assert not os.path.exists("/tmp/stage.txt") or open("/tmp/stage.txt").read() != staged
     assert r.report["verdict"] != "blocked" or all(e["rule"] == "lingering-process"
                                                    for e in r.report["events"] if e["action"] == "blocked")
-    # the table on stderr says where the file was
-    assert "/tmp/stage.txt (namespace tmpfs, discarded)" in r.stderr, r.stderr
+    # the table on stderr says the file was not kept (a column of its own)
+    from pipguard.render import DISCARDED
+
+    assert [line for line in r.stderr.splitlines() if "/tmp/stage.txt" in line and DISCARDED in line], r.stderr
 
 
 @requires("root")
@@ -591,3 +594,78 @@ def test_sys_is_the_namespaces_own(work, fake_home):
                env=fake_home.env())
     assert r.returncode == 0, r.stderr
     assert sorted(r.stdout.split("--\n")[0].split()) == host_nets, r.stdout
+
+
+# ----------------------- review of the eleventh session: hiding from the /tmp listing
+DEEP = "i=0; while [ $i -lt {n} ]; do mkdir d && cd d || exit 9; i=$((i+1)); done; echo x > hidden.txt"
+
+
+@pytest.mark.parametrize("where", ["namespace-tmp", "write-root"])
+def test_a_tree_too_deep_to_walk_is_a_finding_not_a_crash(where, work, fake_home):
+    """A run that reads a key and then leaves a tree 1000 directories deep (deeper than
+    Python's recursion) in the namespace's /tmp or in a write root (its TMPDIR): pipguard
+    ends normally with its report — the key read still in it — and the tree it could not
+    list whole in /tmp is a finding (``unlisted-files``)."""
+    key = str(fake_home.secrets["id_rsa"])
+    base = "/tmp" if where == "namespace-tmp" else "$TMPDIR"
+    script = f'cat "$1" > /dev/null; cd {base} && {DEEP.format(n=1000)}'
+    r = pg.cli(["run", "--isolation", "ns", "--", "sh", "-c", script, "sh", key], cwd=work, env=fake_home.env())
+    assert r.report is not None and "Traceback" not in r.stderr, r.stderr
+    assert r.report["verdict"] == "blocked" and r.report["exit_code"] == 0, r.stderr
+    assert any(e["rule"] == "decoy-read" for e in r.report["events"]), r.report["events"]
+    unlisted = [e for e in r.report["events"] if e["rule"] == "unlisted-files"]
+    if where == "namespace-tmp":
+        assert unlisted and unlisted[0]["action"] == "blocked", r.report["events"]
+        assert "deeper than" in " ".join(unlisted[0]["detail"]["first"])
+    else:
+        assert not unlisted  # a host write root is snapshotted (iteratively): no /tmp walk there
+
+
+def test_moving_a_mount_points_parent_does_not_hide_a_file(work, fake_home):
+    """The listing leaves out pipguard's own mount points only where they are empty: a run
+    that moves the directory holding its TMPDIR's mount away and writes a file at the old
+    path still has that file reported."""
+    script = ('d=$(dirname "$TMPDIR"); mv "$d" /tmp/moved-away || exit 7; mkdir -p "$TMPDIR"; '
+              'echo stash > "$TMPDIR/stash.txt"; echo "$TMPDIR"')
+    r = pg.cli(["run", "--isolation", "ns", "--", "sh", "-c", script], cwd=work, env=fake_home.env())
+    if r.returncode == 7:
+        pytest.skip("the run's TMPDIR is not below the namespace's /tmp here")
+    assert r.returncode == 0, r.stderr
+    tmpdir = r.stdout.split()[-1]
+    discarded = [f["path"] for f in r.report["files_written"] if f.get("discarded")]
+    assert tmpdir + "/stash.txt" in discarded, r.report["files_written"]
+
+
+def test_a_grant_on_tmp_is_not_listed_as_the_runs_files(work, fake_home):
+    """``--allow-read /tmp`` binds the host's /tmp over the namespace's: the listing is of
+    the namespace's own tmpfs (its handle taken when it was mounted), never of the host's files."""
+    # the run's own directories outside /tmp (as root, binds below a read-only host /tmp
+    # cannot be made: that launch fails with exit 2), the host's /tmp holding a marker
+    outside = tempfile.mkdtemp(prefix="pipguard-grant-tmp-", dir="/var/tmp")
+    fd, marker_path = tempfile.mkstemp(prefix="pipguard-host-marker-", dir="/tmp")
+    os.write(fd, b"host")
+    os.close(fd)
+    os.chmod(marker_path, 0o644)
+    marker = pathlib.Path(marker_path)
+    try:
+        run_dir = os.path.join(outside, "work")
+        os.mkdir(run_dir)
+        env = dict(fake_home.env(), TMPDIR=outside)
+        r = pg.cli(["run", "--isolation", "ns", "--allow-read", "/tmp", "--", "ls", str(marker)],
+                   cwd=run_dir, env=env)
+    finally:
+        marker.unlink()
+        shutil.rmtree(outside, ignore_errors=True)
+    assert r.returncode == 0 and str(marker) in r.stdout, r.stderr  # the host's /tmp is what it sees
+    assert not [f for f in r.report["files_written"] if f.get("discarded")], r.report["files_written"]
+
+
+def test_a_homes_decoy_tmpfs_is_read_only(work, fake_home):
+    """At a home's path there are decoys and nothing else: the run cannot stash what it read
+    there (a home below /tmp, as this test's, was writable: Landlock grants /tmp whole)."""
+    home = str(fake_home.path)
+    r = pg.cli(["run", "--isolation", "ns", "--", "sh", "-c", f"echo stolen > {home}/stash.txt"],
+               cwd=work, env=fake_home.env())
+    assert r.returncode != 0, (r.stdout, r.stderr)
+    assert "Read-only file system" in r.stderr or "Permission denied" in r.stderr, r.stderr
+    assert not os.path.exists(os.path.join(home, "stash.txt"))

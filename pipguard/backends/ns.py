@@ -735,16 +735,15 @@ def _init(spec: NamespaceSpec, trees: Dict[str, int], status_w: int, control_fd:
     """I, pid 1 of the new pid namespace: build the root, fork the command's
     process (which returns), then reap until nothing is left."""
     try:
-        _build_root(spec, trees)
+        # what lands in our own /tmp and /dev/shm is gone with the namespace: the
+        # launcher takes a handle on each (it keeps the tmpfs alive) and lists
+        # what the run left there, as files written (discarded ones)
+        tmpfs_fds = _build_root(spec, trees)
         if spec.network:
             _loopback_up()
         name_b = spec.hostname.encode()
         _check(_libc.sethostname(name_b, len(name_b)), "sethostname")
         decoy_fd, decoys = _watch_decoys(spec)
-        # what lands in our own /tmp and /dev/shm is gone with the namespace: the
-        # launcher takes a handle on each (it keeps the tmpfs alive) and lists
-        # what the run left there, as files written (discarded ones)
-        tmpfs_fds = {path: os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) for path in PRIVATE_TMPFS}
         _blank_own_strings()
     except (OSError, NamespaceError) as exc:
         _send_error(control_fd, f"the namespace backend could not build the sandbox's root: {exc}",
@@ -835,7 +834,12 @@ def _ensure_file(path: str) -> None:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o444))
 
 
-def _build_root(spec: NamespaceSpec, trees: Dict[str, int]) -> None:
+def _build_root(spec: NamespaceSpec, trees: Dict[str, int]) -> Dict[str, int]:
+    """Build the new root; returns an O_PATH handle on each of our own tmpfs
+    (:data:`PRIVATE_TMPFS`), taken right after its mount: whatever the plan
+    binds on top of it (a ``--allow-read /tmp``, a home at ``/tmp``) is not
+    what the launcher lists afterwards."""
+    handles: Dict[str, int] = {}
     # bubblewrap's order: nothing we mount may propagate back to the host
     _mount(None, "/", None, MS_SLAVE | MS_REC)
     _mount("tmpfs", BASE, "tmpfs", MS_NODEV | MS_NOSUID, "mode=0755")
@@ -848,6 +852,8 @@ def _build_root(spec: NamespaceSpec, trees: Dict[str, int]) -> None:
     os.close(os.open(EMPTY_FILE, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o444))
     for mount in spec.mounts:
         _place(mount, trees)
+        if mount.kind == "tmpfs" and mount.path in PRIVATE_TMPFS and mount.path not in handles:
+            handles[mount.path] = os.open(_newroot(mount.path), os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     for mount in spec.mounts:
         if mount.kind == "mask" and os.path.isdir(_newroot(mount.path)):
             _setattr(_newroot(mount.path), MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, flags=0)
@@ -867,6 +873,7 @@ def _build_root(spec: NamespaceSpec, trees: Dict[str, int]) -> None:
     # the root itself read-only: nothing but the write roots, /tmp, /dev/shm
     # and the decoy homes can be written, whatever Landlock would allow
     _setattr("/", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, flags=0)
+    return handles
 
 
 def _place(mount: Mount, trees: Dict[str, int]) -> None:
@@ -971,6 +978,11 @@ def _watch_decoys(spec: NamespaceSpec) -> Tuple[int, Dict[int, str]]:
             watch(home + "/" + rel, IN_OPEN | IN_ACCESS)
         for rel in DECOY_DIRECTORIES:  # a listing; a directory's own events carry no name
             watch(home + "/" + rel, IN_OPEN | IN_ONLYDIR)
+    # then read-only (this mount only: grants bound below it stay as they are): a
+    # home's path holds decoys and nothing else, and the sandbox cannot stash what
+    # it read in a tmpfs nobody lists afterwards (review of the eleventh session)
+    for home in spec.decoy_homes:
+        _setattr(home, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, flags=0)
     if spec.sandbox_home:
         for rel in HOME_DECOYS:
             watch(spec.sandbox_home + "/" + rel, IN_ACCESS)
@@ -1004,9 +1016,11 @@ def sweep_modes(roots: Sequence[str], since: float) -> List[Tuple[str, int, int]
     setgid and world-write bits, as the plain backend's uid release does.
     Returns (path, old mode, new mode) for each file that had a setuid or
     setgid bit: evidence."""
+    from pipguard import files
+
     found: List[Tuple[str, int, int]] = []
     for root in roots:
-        for dirpath, dirnames, filenames in os.walk(root):
+        for dirpath, dirnames, filenames in files.walk(root):
             for name in dirnames + filenames:
                 path = os.path.join(dirpath, name)
                 try:

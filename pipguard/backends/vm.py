@@ -78,6 +78,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from pipguard.backends import Part, Probe
 from pipguard.backends._vm_guest import END
 from pipguard.errors import LayerUnavailable, PipguardError
+from pipguard.files import walk
 
 NAME = "vm"
 ACCELS = ("kvm", "tcg")
@@ -756,7 +757,7 @@ def _settle_mapped(root: str) -> None:
             pass  # gone, or a filesystem without xattrs (then QEMU kept none either)
 
     # bottom-up: a directory the guest made 0500 is walked before it gets that mode
-    for top, dirs, names in os.walk(root, topdown=False):
+    for top, dirs, names in reversed(list(walk(root))):  # children before their parent
         for name in (*dirs, *names):
             settle(os.path.join(top, name))
     settle(root)

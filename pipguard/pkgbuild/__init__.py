@@ -14,7 +14,7 @@ import tempfile
 from typing import Callable, Mapping, Optional, Sequence
 
 from pipguard.errors import PipguardError, UsageError
-from pipguard.files import remove_tree
+from pipguard.files import remove_tree, walk
 from pipguard.pkgbuild.result import PackageFile, Phase, PkgbuildResult
 from pipguard.policy import HostPort
 
@@ -98,7 +98,7 @@ def _stage(directory: str, layout, user) -> None:
     user, writable by nobody but pipguard), and make the build user's dirs."""
     os.chmod(layout.base, 0o755)  # the build user must traverse it
     shutil.copytree(directory, layout.input, symlinks=True)
-    for root, dirs, files in os.walk(layout.input):
+    for root, dirs, files in walk(layout.input):
         for name in dirs + [""]:
             # os.walk lists a link to a directory among dirs: chmod would follow it and open
             # up whatever the PKGBUILD's link names (/root...), as root (review of 2026-12-01)

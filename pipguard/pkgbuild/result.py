@@ -213,10 +213,10 @@ def archive_contents(archive: str) -> Tuple[str, Tuple[PackageFile, ...]]:
 def package_contents(package: str, pkgdir: str) -> Tuple[PackageFile, ...]:
     """Every entry below ``pkgdir`` except directories, sorted by path. Links
     are recorded, never followed."""
-    from pipguard.files import sha256
+    from pipguard.files import sha256, walk
 
     out: List[PackageFile] = []
-    for dirpath, dirnames, filenames in os.walk(pkgdir):
+    for dirpath, dirnames, filenames in walk(pkgdir):
         for name in sorted(dirnames + filenames):
             full = os.path.join(dirpath, name)
             try:

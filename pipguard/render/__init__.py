@@ -20,8 +20,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: The names ``--format`` accepts, in the order ``--help`` shows them.
 FORMATS = ("table", "json", "sarif", "markdown")
-#: after a file the run left in the namespace's own /tmp or /dev/shm (gone with it)
-DISCARDED = " (namespace tmpfs, discarded)"
+#: the "kept" column of a file the run left in the namespace's own /tmp or /dev/shm
+#: (gone with it); a column of its own, so that no file name can look like it
+DISCARDED = "no: namespace tmpfs"
 
 #: ``render(report, *, color=False) -> str``
 Renderer = Callable[..., str]

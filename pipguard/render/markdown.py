@@ -357,11 +357,13 @@ class _View:
                          + _table(["action", "proto", "destination", "pid"], rows) + _more(len(network), MAX_ROWS))
         files = [_dict(f) for f in _list(self.data.get("files_written"))]
         if files:
-            rows = [[code(f.get("path", "?")) + (DISCARDED if f.get("discarded") else ""),
-                     text(f.get("size", "?")), code(str(f.get("sha256") or "")[:12], 12)]
+            kept = any(f.get("discarded") for f in files)
+            rows = [[code(f.get("path", "?")), text(f.get("size", "?")), code(str(f.get("sha256") or "")[:12], 12)]
+                    + ([text(DISCARDED if f.get("discarded") else "yes")] if kept else [])
                     for f in files[:MAX_ROWS]]
             parts.append(f"**Files written ({len(files)})**\n\n"
-                         + _table(["path", "size", "sha256"], rows) + _more(len(files), MAX_ROWS))
+                         + _table(["path", "size", "sha256"] + (["kept"] if kept else []), rows)
+                         + _more(len(files), MAX_ROWS))
         env = [str(n) for n in _list(self.data.get("env_removed"))]
         if env:
             shown = ", ".join(code(n, 60, cell=False) for n in env[:MAX_ROWS])

@@ -236,11 +236,13 @@ def files_table(report: Report, *, max_rows: int = MAX_ROWS) -> str:
     files = report.files_written
     if not files:
         return ""
-    rows = [[_cell(f.path + (DISCARDED if f.discarded else "")), str(f.size), _clean(f.sha256[:12])]
+    kept = any(f.discarded for f in files)
+    rows = [[_cell(f.path), str(f.size), _clean(f.sha256[:12])] + ([DISCARDED if f.discarded else "yes"]
+                                                                     if kept else [])
             for f in files[:max_rows]]
     return _section(
         f"Files written ({len(files)})",
-        ["path", "size", "sha256"],
+        ["path", "size", "sha256"] + (["kept"] if kept else []),
         rows,
         len(files),
         max_rows,
