@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import Dict, Iterable, Iterator, List, Set, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 from pipguard.report import FileWritten
 
@@ -14,20 +14,26 @@ Snapshot = Dict[str, Tuple[int, int, int]]
 _MAX_FILES = 200_000
 
 
-def walk(top: str) -> Iterator[Tuple[str, List[str], List[str]]]:
+def walk(top: str, missed: Optional[List[str]] = None) -> Iterator[Tuple[str, List[str], List[str]]]:
     """``os.walk(top)`` (top-down, links to directories listed among the
     directories but not followed, unreadable directories skipped; prune by
     editing the list) without recursion: before Python 3.12 ``os.walk``
     recurses, and a build that left a tree ~1000 directories deep ended
     pipguard with ``RecursionError`` and lost the run's evidence (review of
-    the eleventh session)."""
+    the eleventh session). ``missed``: where given, each directory that could
+    not be listed (a path longer than ``PATH_MAX`` that a build made by
+    renaming, one it made unreadable) is appended to it."""
     stack = [top]
     while stack:
         directory = stack.pop()
         try:
             with os.scandir(directory) as entries:
                 listed = list(entries)
-        except OSError:
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            if missed is not None and directory != top:
+                missed.append(f"{directory[:200]}: {exc.strerror}")
             continue
         dirnames: List[str] = []
         filenames: List[str] = []
@@ -44,11 +50,12 @@ def walk(top: str) -> Iterator[Tuple[str, List[str], List[str]]]:
         stack.extend(os.path.join(directory, name) for name in reversed(dirnames) if name in real_dirs)
 
 
-def snapshot(roots: Iterable[str]) -> Snapshot:
-    """(size, mtime_ns, inode) of every regular file under ``roots``."""
+def snapshot(roots: Iterable[str], missed: Optional[List[str]] = None) -> Snapshot:
+    """(size, mtime_ns, inode) of every regular file under ``roots``
+    (``missed``: see :func:`walk`)."""
     out: Snapshot = {}
     for root in roots:
-        for dirpath, dirnames, filenames in walk(root):
+        for dirpath, dirnames, filenames in walk(root, missed):
             for name in filenames:
                 path = os.path.join(dirpath, name)
                 try:

@@ -291,7 +291,10 @@ def start(plan: Plan, meanwhile: Optional[Callable[[], None]] = None,
         # what was taken for the run that now does not start (fds of ours)
         for fd in ([listener] if listener is not None else []) + \
                   (list(entered.evidence_fds.values()) if entered is not None else []):
-            os.close(fd)
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # the others still get closed, and the first error is what goes up
         raise
     finally:
         parent_sock.close()

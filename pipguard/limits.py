@@ -391,10 +391,16 @@ class FastMove:
     def __init__(self, own_procs: str) -> None:
         import threading  # not at start-up: most callers never need it
 
-        self._fd = os.open(own_procs, os.O_WRONLY | os.O_CLOEXEC)
+        from pipguard import threads
+
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="pipguard-cgroup-warm", daemon=True)
-        self._thread.start()
+        self._fd = os.open(own_procs, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            # with the caller's signals blocked, as every thread of pipguard's
+            self._thread = threads.start(self._loop, name="pipguard-cgroup-warm")
+        except BaseException:
+            os.close(self._fd)
+            raise
 
     #: a launch takes ~30 ms; past this the thread ends by itself (whatever happened to
     #: the launch: an interrupt between start and stop must not leave it running)

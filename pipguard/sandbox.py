@@ -144,7 +144,14 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
         if lease is not None:
             # before the snapshot: files the sandbox left are given back first
             lease.release(nothing_left=prepared.cgroup is not None and prepared.cgroup.members() == set())
-        written = files.changed(before, files.snapshot(roots)) + _left_in_namespace(plan, started, supervisor)
+        missed: List[str] = []
+        written = files.changed(before, files.snapshot(roots, missed)) + _left_in_namespace(plan, started, supervisor)
+        if missed:
+            # a directory of a write root the walk could not list: what the run wrote there
+            # is not in the report, so the run counts as hiding it
+            supervisor.collector.add_event("file-write", "blocked", "supervisor", supervisor.started.command_pid,
+                                           missed[0].split(":")[0], "unlisted-files",
+                                           {"count": len(missed), "first": missed[:8]}, always=True)
         return _report(plan, started, evidence, written, started_at, prepared,
                        lease.user if lease else None)
     finally:

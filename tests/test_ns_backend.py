@@ -669,3 +669,65 @@ def test_a_homes_decoy_tmpfs_is_read_only(work, fake_home):
     assert r.returncode != 0, (r.stdout, r.stderr)
     assert "Read-only file system" in r.stderr or "Permission denied" in r.stderr, r.stderr
     assert not os.path.exists(os.path.join(home, "stash.txt"))
+
+
+@pytest.mark.parametrize("grant", ["home", "home/.ssh"])
+def test_a_write_grant_in_a_home_never_gets_decoys_over_real_files(grant, work, fake_home):
+    """``--allow-write ~`` or ``~/.ssh`` shows the real directory inside: no decoy is planted
+    through it (planting there overwrote the real ~/.ssh/id_rsa with a decoy), and the run still
+    works and can write there."""
+    key = fake_home.secrets["id_rsa"]
+    before = key.read_bytes()
+    target = fake_home.path if grant == "home" else key.parent
+    # (a write into ~/.ssh itself is refused by the rules as persistence: only the home's top here)
+    command = f"echo written > {target}/made-by-run" if grant == "home" else "true"
+    r = pg.cli(["run", "--isolation", "ns", "--allow-write", str(target), "--", "sh", "-c", command],
+               cwd=work, env=fake_home.env())
+    assert r.report is not None, r.stderr
+    assert key.read_bytes() == before, "the real key was overwritten"
+    assert not [p for p in target.rglob("*") if b"pipguard-decoy" in (p.read_bytes() if p.is_file() else b"")]
+    assert r.returncode == 0, r.stderr
+    if grant == "home":
+        assert (target / "made-by-run").read_text() == "written\n"
+
+
+def test_home_at_tmp_keeps_tmp_writable(work, fake_home):
+    """HOME=/tmp (CI, service units): the namespace's own /tmp stays the build's to write."""
+    env = dict(fake_home.env(), HOME="/tmp")
+    r = pg.cli(["run", "--isolation", "ns", "--", "sh", "-c", "echo x > /tmp/x && cat /tmp/x"], cwd=work, env=env)
+    assert r.returncode == 0 and r.stdout.strip().endswith("x"), r.stderr
+
+
+LONG_PATH = textwrap.dedent("""
+    import os, sys
+    root = sys.argv[1]
+    os.chdir(root)
+    seg = "d" * 200
+    for chain in ("A", "B"):
+        os.mkdir(chain); os.chdir(chain)
+        for _ in range(10):
+            os.mkdir(seg); os.chdir(seg)
+        if chain == "A":
+            with open("hidden.txt", "w") as fh:
+                fh.write("hidden")
+        os.chdir(root)
+    os.chdir("B/" + "/".join([seg] * 10))
+    os.rename("../" * 11 + "A", "A")  # A's file is now more than PATH_MAX below the root
+    print("moved")
+""")
+
+
+def test_a_write_root_too_long_to_list_is_a_finding(work, fake_home, tmp_path):
+    """A build that moves what it wrote deeper than PATH_MAX below a write root (two short
+    renames) is not silently missing from files_written: the directory the snapshot could not
+    list is a finding (``unlisted-files``)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    script = work / "long_path.py"
+    script.write_text(LONG_PATH)
+    r = pg.cli(["run", "--isolation", "ns", "--allow-write", str(out), "--", sys.executable, str(script), str(out)],
+               cwd=work, env=fake_home.env())
+    assert "moved" in r.stdout, (r.stdout, r.stderr)
+    unlisted = [e for e in r.report["events"] if e["rule"] == "unlisted-files"]
+    assert unlisted and unlisted[0]["action"] == "blocked", r.report["events"]
+    assert r.report["verdict"] == "blocked"

@@ -306,7 +306,6 @@ def spec_for(read_paths: Sequence[str], write_paths: Sequence[str], device_paths
     homes = tuple(sorted({os.path.realpath(h) for h in homes if h and h != "/"}))
     mounts: List[Mount] = [Mount("tmpfs", "/tmp"), Mount("dev", "/dev"), Mount("tmpfs", "/dev/shm"),
                            Mount("proc", "/proc")]
-    mounts += [Mount("decoys", home) for home in homes]
     links: Dict[str, str] = {}
     writes: List[str] = []
     for path in write_paths:
@@ -317,6 +316,13 @@ def spec_for(read_paths: Sequence[str], write_paths: Sequence[str], device_paths
         real = os.path.realpath(path)
         if real not in writes and not _under(real, ["/proc", "/dev"]):
             writes.append(real)
+    # No decoys where the plan shows the real directory (a write root at or above a home:
+    # planting there wrote decoys over the real ~/.ssh/id_rsa, review of the eleventh
+    # session), nor over the namespace's own /tmp or /dev/shm (HOME=/tmp: a read-only decoy
+    # tmpfs there took the build's /tmp away): nothing real is there to stand in for.
+    homes = tuple(h for h in homes if not _under(h, writes) and h not in PRIVATE_TMPFS
+                  and not any(_under(t, [h]) for t in PRIVATE_TMPFS))
+    mounts += [Mount("decoys", home) for home in homes]
     read_paths, masks = _collapse_splits([os.path.normpath(p) for p in read_paths if p], homes)
     reads: List[str] = []
     for path in read_paths:
@@ -738,12 +744,16 @@ def _init(spec: NamespaceSpec, trees: Dict[str, int], status_w: int, control_fd:
         # what lands in our own /tmp and /dev/shm is gone with the namespace: the
         # launcher takes a handle on each (it keeps the tmpfs alive) and lists
         # what the run left there, as files written (discarded ones)
-        tmpfs_fds = _build_root(spec, trees)
+        handles = _build_root(spec, trees)
+        tmpfs_fds = {path: fd for path, fd in handles.items() if path in PRIVATE_TMPFS}
         if spec.network:
             _loopback_up()
         name_b = spec.hostname.encode()
         _check(_libc.sethostname(name_b, len(name_b)), "sethostname")
-        decoy_fd, decoys = _watch_decoys(spec)
+        decoy_fd, decoys = _watch_decoys(spec, handles)
+        for path, fd in handles.items():
+            if path not in tmpfs_fds:
+                os.close(fd)
         _blank_own_strings()
     except (OSError, NamespaceError) as exc:
         _send_error(control_fd, f"the namespace backend could not build the sandbox's root: {exc}",
@@ -836,9 +846,10 @@ def _ensure_file(path: str) -> None:
 
 def _build_root(spec: NamespaceSpec, trees: Dict[str, int]) -> Dict[str, int]:
     """Build the new root; returns an O_PATH handle on each of our own tmpfs
-    (:data:`PRIVATE_TMPFS`), taken right after its mount: whatever the plan
-    binds on top of it (a ``--allow-read /tmp``, a home at ``/tmp``) is not
-    what the launcher lists afterwards."""
+    (:data:`PRIVATE_TMPFS`) and each decoy home's, taken right after its
+    mount: whatever the plan binds on top of it (a ``--allow-read /tmp``, a
+    grant inside a home) is not what the launcher lists afterwards, nor where
+    decoys are planted."""
     handles: Dict[str, int] = {}
     # bubblewrap's order: nothing we mount may propagate back to the host
     _mount(None, "/", None, MS_SLAVE | MS_REC)
@@ -852,7 +863,8 @@ def _build_root(spec: NamespaceSpec, trees: Dict[str, int]) -> Dict[str, int]:
     os.close(os.open(EMPTY_FILE, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o444))
     for mount in spec.mounts:
         _place(mount, trees)
-        if mount.kind == "tmpfs" and mount.path in PRIVATE_TMPFS and mount.path not in handles:
+        if (mount.kind == "tmpfs" and mount.path in PRIVATE_TMPFS or mount.kind == "decoys") \
+                and mount.path not in handles:
             handles[mount.path] = os.open(_newroot(mount.path), os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     for mount in spec.mounts:
         if mount.kind == "mask" and os.path.isdir(_newroot(mount.path)):
@@ -951,7 +963,7 @@ def _loopback_up() -> None:
         sock.close()
 
 
-def _watch_decoys(spec: NamespaceSpec) -> Tuple[int, Dict[int, str]]:
+def _watch_decoys(spec: NamespaceSpec, handles: Mapping[str, int]) -> Tuple[int, Dict[int, str]]:
     """Plant the decoys in each home's tmpfs and watch them (inotify: works
     unprivileged, on a tmpfs, for every process; it carries no pid — the
     audit hook attributes Python reads, the decoy says that *something* of
@@ -973,33 +985,71 @@ def _watch_decoys(spec: NamespaceSpec) -> Tuple[int, Dict[int, str]]:
     for home in spec.decoy_homes:
         if home == "/home":  # it holds the homes
             continue
-        plant_decoys(home, spec.token)
-        for rel in DECOYS:
+        device = os.fstat(handles[home]).st_dev
+        for rel in plant_decoys(home, spec.token, device=device):
             watch(home + "/" + rel, IN_OPEN | IN_ACCESS)
         for rel in DECOY_DIRECTORIES:  # a listing; a directory's own events carry no name
-            watch(home + "/" + rel, IN_OPEN | IN_ONLYDIR)
+            if _dir_on(home, rel, device):
+                watch(home + "/" + rel, IN_OPEN | IN_ONLYDIR)
     # then read-only (this mount only: grants bound below it stay as they are): a
     # home's path holds decoys and nothing else, and the sandbox cannot stash what
     # it read in a tmpfs nobody lists afterwards (review of the eleventh session)
-    for home in spec.decoy_homes:
-        _setattr(home, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, flags=0)
+    for home in spec.decoy_homes:  # the tmpfs itself, by its handle: not what is bound on top
+        _setattr("", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, fd=handles[home],
+                 flags=AT_EMPTY_PATH)
     if spec.sandbox_home:
         for rel in HOME_DECOYS:
             watch(spec.sandbox_home + "/" + rel, IN_ACCESS)
     return fd, watched
 
 
-def plant_decoys(home: str, token: str, decoys: Optional[Mapping[str, str]] = None) -> None:
+def plant_decoys(home: str, token: str, decoys: Optional[Mapping[str, str]] = None,
+                 device: Optional[int] = None) -> List[str]:
     """Write each decoy credential (default: :data:`DECOYS`) below ``home``
-    (mode 0600), marked with ``token``."""
+    (mode 0600), marked with ``token``; returns those planted. With
+    ``device`` (a decoy home's tmpfs), only where the directory is on that
+    filesystem: never through a grant bound inside the home
+    (``--allow-write ~/.ssh``) onto a real file."""
+    planted: List[str] = []
     for rel, template in (DECOYS if decoys is None else decoys).items():
         path = home + "/" + rel
-        _ensure_dir(os.path.dirname(path))
-        out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        if device is None:
+            _ensure_dir(os.path.dirname(path))
+        elif not _dir_on(home, os.path.dirname(rel), device):
+            continue
+        out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         try:
             os.write(out, template.format(token=token).encode())
         finally:
             os.close(out)
+        planted.append(rel)
+    return planted
+
+
+def _dir_on(home: str, rel: str, device: int) -> bool:
+    """Make ``home/rel`` a directory, each step checked to be a directory on
+    ``device`` (the decoy tmpfs) before anything is made in it: False where a
+    step is something else (a grant bound there, a symlink)."""
+    path = home
+    for part in [p for p in rel.split("/") if p]:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return False
+        if st.st_dev != device or not stat.S_ISDIR(st.st_mode):
+            return False
+        path = path + "/" + part
+        try:
+            os.mkdir(path, 0o755)
+        except FileExistsError:
+            pass
+        except OSError:
+            return False
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return st.st_dev == device and stat.S_ISDIR(st.st_mode)
 
 
 # -------------------------------------------------------------- after the run
