@@ -68,6 +68,12 @@ def checks(facts: HostFacts) -> List[Check]:
         out.append(Check("seccomp.notify", "ok", "user notification listener works", guards("seccomp.notify")))
     else:
         out.append(Check("seccomp.notify", "missing", facts.seccomp_notify_reason, guards("seccomp.notify")))
+    if facts.seccomp_notify and facts.seccomp_wait_killable:
+        out.append(Check("seccomp.wait_killable", "ok", "a syscall the supervisor is answering waits out "
+                         "signals (SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV)", "builds see no EINTR the kernel would not give"))
+    elif facts.seccomp_notify:
+        out.append(Check("seccomp.wait_killable", "degraded", facts.seccomp_wait_killable_reason,
+                         "builds see no EINTR the kernel would not give"))
 
     if facts.euid == 0:
         bnd = facts.capabilities.get("CapBnd", 0)

@@ -45,6 +45,9 @@ class HostFacts:
     user_namespaces_reason: str = ""
     native_responder: bool = False  # pipguard._responder (optional C extension) imports
     native_responder_reason: str = ""
+    #: a pending notified syscall waits out non-fatal signals (Linux 5.19); else they make it EINTR
+    seccomp_wait_killable: bool = False
+    seccomp_wait_killable_reason: str = ""
 
     def to_json(self) -> Dict[str, Any]:
         data = asdict(self)
@@ -97,6 +100,7 @@ def _probe(quick: bool = False) -> HostFacts:
     abi, ll_why = 0, ""
     fs_rights: Tuple[str, ...] = ()
     sc_ok, sc_why, nt_ok, nt_why = False, "", False, ""
+    wk_ok, wk_why = False, ""
     caps: Dict[str, int] = {}
     userns, userns_why = False, ""
     if linux:
@@ -104,9 +108,12 @@ def _probe(quick: bool = False) -> HostFacts:
         sc_ok, sc_why = _guard(_seccomp, "seccomp")
         if quick:
             nt_ok, nt_why = sc_ok, sc_why
+            wk_ok, wk_why = sc_ok, sc_why
             userns, userns_why = True, ""
         else:
             nt_ok, nt_why = _guard(_notify, "seccomp user notification") if sc_ok else (False, sc_why)
+            wk_ok, wk_why = nt_ok and not nt_why, nt_why
+            nt_why = "" if nt_ok else nt_why
             userns, userns_why = _guard(_userns, "user namespaces")
         try:
             from pipguard.oslayer import caps as _caps
@@ -116,7 +123,7 @@ def _probe(quick: bool = False) -> HostFacts:
             caps = {}
     else:
         reason = plat_why
-        ll_why = sc_why = nt_why = userns_why = reason
+        ll_why = sc_why = nt_why = wk_why = userns_why = reason
     responder_ok, responder_why = _native_responder() if linux and not quick else (False, plat_why)
     return HostFacts(
         system=system,
@@ -134,6 +141,8 @@ def _probe(quick: bool = False) -> HostFacts:
         seccomp_reason=sc_why,
         seccomp_notify=nt_ok,
         seccomp_notify_reason=nt_why,
+        seccomp_wait_killable=wk_ok,
+        seccomp_wait_killable_reason=wk_why,
         capabilities=caps,
         user_namespaces=userns,
         user_namespaces_reason=userns_why,
@@ -231,7 +240,9 @@ def _in_child(body, timeout: float = 10.0) -> Tuple[bool, str]:
 
 
 def _notify() -> Tuple[bool, str]:
-    """Load a tiny NEW_LISTENER filter in a child and check a listener fd comes back."""
+    """Load a tiny filter with a listener in a child, as the sandbox loads its own:
+    (True, "") with WAIT_KILLABLE_RECV, (True, why not) without it, (False, why) when
+    no listener fd comes back."""
     from pipguard.oslayer import seccomp
 
     ok, why = seccomp.notify_available()
@@ -246,15 +257,17 @@ def _notify() -> Tuple[bool, str]:
             return False, "prctl(PR_SET_NO_NEW_PRIVS) failed"
         f = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
         f.add_rule(pyseccomp.NOTIFY, "uselib")  # never called by anyone
+        fd = os.memfd_create("probe", os.MFD_CLOEXEC)
+        pyseccomp._libseccomp.seccomp_export_bpf(f._filter, fd)
+        program = os.pread(fd, os.lseek(fd, 0, os.SEEK_END), 0)
         try:
-            f.load()
+            listener, degraded = seccomp.load_program(program, listener=True)
         except OSError as exc:
             return False, f"loading a SECCOMP_FILTER_FLAG_NEW_LISTENER filter failed: {exc.strerror}"
-        fd = pyseccomp._libseccomp.seccomp_notify_fd(f._filter)
-        if fd < 0:
-            return False, f"no listener fd after load: {os.strerror(-fd)}"
-        os.fstat(fd)
-        return True, ""
+        if listener is None:
+            return False, "no listener fd after load"
+        os.fstat(listener)
+        return True, degraded
 
     return _in_child(body)
 

@@ -750,3 +750,63 @@ def test_a_prebuilt_filter_is_keyed_by_everything_the_builder_reads():
     keyed = {node.attr for node in ast.walk(ast.parse(inspect.getsource(oseccomp._key)))
              if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "spec"}
     assert read and read <= keyed, read - keyed
+
+
+def test_a_signal_while_the_supervisor_answers_does_not_fail_the_syscall() -> None:
+    """CI saw fakeroot's "Cannot fork": dash's SIGCHLD handler (no SA_RESTART) ran while the
+    supervisor answered its fork, and the fork failed with EINTR. The filter is loaded with
+    WAIT_KILLABLE_RECV: a signal after the supervisor took the syscall waits for the answer.
+    Here: the child's getppid is notified, the parent takes it, signals the child, waits, and
+    only then answers CONTINUE; the syscall must succeed and the handler must have run."""
+    need("seccomp.notify")
+    if not probe().seccomp_wait_killable:
+        pytest.skip(probe().seccomp_wait_killable_reason)
+    import pyseccomp
+
+    f = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
+    f.add_rule(pyseccomp.NOTIFY, "getppid")
+    memfd = os.memfd_create("bpf", os.MFD_CLOEXEC)
+    pyseccomp._libseccomp.seccomp_export_bpf(f._filter, memfd)
+    program = os.pread(memfd, os.lseek(memfd, 0, os.SEEK_END), 0)
+    os.close(memfd)
+    nr_getppid = pyseccomp.resolve_syscall(pyseccomp.Arch.NATIVE, "getppid")
+    ready_r, ready_w = os.pipe()
+    out_r, out_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: confine, hand the fd number over, make the notified call
+        try:
+            handled = []
+            signal.signal(signal.SIGUSR1, lambda *_: handled.append(1))  # CPython: no SA_RESTART
+            ctypes.CDLL(None).prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+            fd, degraded = oseccomp.load_program(program, listener=True)
+            os.write(ready_w, f"{fd}".encode())
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.syscall.restype = ctypes.c_long
+            rc = libc.syscall(ctypes.c_long(nr_getppid))
+            err = ctypes.get_errno() if rc < 0 else 0
+            os.write(out_w, json.dumps({"rc": rc, "errno": err, "degraded": degraded,
+                                        "handled": len(handled)}).encode())
+        finally:
+            os._exit(0)
+    os.close(ready_w)
+    os.close(out_w)
+    try:
+        listener = oseccomp.take_listener(pid, int(os.read(ready_r, 32)))
+        notif = oseccomp.Notif()
+        fcntl.ioctl(listener, oseccomp.SECCOMP_IOCTL_NOTIF_RECV, notif)
+        os.kill(pid, signal.SIGUSR1)
+        time.sleep(0.2)  # the handler would run now and the call return EINTR without the flag
+        resp = oseccomp.NotifResp(notif.id, 0, 0, oseccomp.SECCOMP_USER_NOTIF_FLAG_CONTINUE)
+        try:
+            fcntl.ioctl(listener, oseccomp.SECCOMP_IOCTL_NOTIF_SEND, resp)
+        except FileNotFoundError:
+            withdrawn = json.loads(os.read(out_r, 4096))
+            pytest.fail(f"the signal withdrew the pending notification: the call failed, {withdrawn}")
+        result = json.loads(os.read(out_r, 4096))
+    finally:
+        os.waitpid(pid, 0)
+        os.close(ready_r)
+        os.close(out_r)
+    assert result["degraded"] == ""
+    assert result["errno"] == 0 and result["rc"] == os.getpid(), result
+    assert result["handled"] == 1, result  # the signal was delivered, after the answer

@@ -203,10 +203,12 @@ def apply(spec: OsLayerSpec, *, required: bool) -> AppliedStatus:
     #    denied or block on the listener; only the exec handoff follows.
     listener_fd: Optional[int] = None
     if "seccomp" not in missing:
-        listener_fd = seccomp.load(spec, notify=spec.notify and notify_ok)
+        listener_fd, degraded = seccomp.load(spec, notify=spec.notify and notify_ok)
         applied.append("seccomp")
         if listener_fd is not None:
             applied.append("seccomp.notify")
+        if degraded:
+            missing = dict(missing, **{"seccomp.wait_killable": degraded})
     return AppliedStatus(applied=tuple(applied), unavailable=missing, landlock_abi=abi, listener_fd=listener_fd)
 
 

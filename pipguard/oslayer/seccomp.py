@@ -23,7 +23,7 @@ import ctypes
 import errno
 import os
 import platform
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from pipguard import rules
 from pipguard.errors import KernelError
@@ -314,9 +314,20 @@ def build_filter(spec: "OsLayerSpec", *, notify: bool):
     return f
 
 
-_LOADED: list = []  # keep the loaded filter object alive: releasing it must not touch the listener
-#: filters built before a fork, by what they depend on (see prebuild)
-_BUILT: Dict[Tuple[str, bool, bool, bool], Any] = {}
+#: programs compiled before a fork, by what they depend on (see prebuild)
+_BUILT: Dict[Tuple[str, bool, bool, bool], bytes] = {}
+
+SECCOMP_SET_MODE_FILTER = 1
+SECCOMP_FILTER_FLAG_NEW_LISTENER = 1 << 3
+SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV = 1 << 5  # Linux 5.19
+#: why the listener could not make a pending syscall wait out signals, where it could not
+NO_WAIT_KILLABLE = ("the kernel has no SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV (Linux 5.19): a signal "
+                    "that reaches a process while the supervisor answers one of its syscalls makes "
+                    "that syscall fail with EINTR (fork, open, execve, which programs do not retry)")
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
 def _key(spec: "OsLayerSpec", notify: bool) -> Tuple[str, bool, bool, bool]:
@@ -324,21 +335,68 @@ def _key(spec: "OsLayerSpec", notify: bool) -> Tuple[str, bool, bool, bool]:
     return (spec.network, spec.allow_subprocess, spec.observe_reads, notify)
 
 
+def compile_filter(spec: "OsLayerSpec", *, notify: bool) -> bytes:
+    """The BPF program of :func:`build_filter` (struct sock_filter[]), as libseccomp
+    generates it for loading. pipguard loads it itself (:func:`load_program`):
+    libseccomp 2.5 cannot ask for SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV."""
+    f = build_filter(spec, notify=notify)
+    fd = os.memfd_create("pipguard-seccomp-bpf", os.MFD_CLOEXEC)
+    try:
+        rc = _sc._libseccomp.seccomp_export_bpf(f._filter, fd)
+        if rc < 0:
+            raise KernelError("seccomp_export_bpf", -rc, os.strerror(-rc))
+        size = os.lseek(fd, 0, os.SEEK_END)
+        return os.pread(fd, size, 0)
+    finally:
+        os.close(fd)
+
+
 def prebuild(spec: "OsLayerSpec", *, notify: bool) -> None:
-    """Build the filter for ``spec`` in this process, once, so that each
+    """Compile the filter for ``spec`` in this process, once, so that each
     sandbox's first process (a fork of it) only loads it: building takes
     5-9 ms of rule calls through ctypes, every run, on the path to the
     command. Never raises: the first process then builds its own."""
     if _sc is None or _key(spec, notify) in _BUILT:
         return
     try:
-        _BUILT[_key(spec, notify)] = build_filter(spec, notify=notify)
+        _BUILT[_key(spec, notify)] = compile_filter(spec, notify=notify)
     except Exception:  # the child will try and report it
         pass
 
 
-def load(spec: "OsLayerSpec", *, notify: bool) -> Optional[int]:
-    """Build and load the filter on the calling thread; returns the listener fd with notify.
+def load_program(program: bytes, *, listener: bool) -> Tuple[Optional[int], str]:
+    """Load a compiled filter on the calling thread: (listener fd or None, degradation).
+
+    With ``listener`` the filter gets a listener fd (O_CLOEXEC) and, where the
+    kernel has it (5.19), WAIT_KILLABLE_RECV: once the supervisor has read a
+    notification, the process waits for the answer through any signal but a
+    fatal one. Without it, a signal handler that runs meanwhile (SIGCHLD in a
+    shell or make) turns the pending fork/open/execve into EINTR, which no
+    program expects from those calls: the build fails at random (seen: dash's
+    "Cannot fork" in fakeroot). The degradation is "" or :data:`NO_WAIT_KILLABLE`.
+    no_new_privs must already be set (the caller does it explicitly).
+    """
+    buf = ctypes.create_string_buffer(program, len(program))
+    prog = _SockFprog(len(program) // 8, ctypes.addressof(buf))
+    libc = _libc()
+    nr = _nr("seccomp")
+    attempts = ([SECCOMP_FILTER_FLAG_NEW_LISTENER | SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV,
+                 SECCOMP_FILTER_FLAG_NEW_LISTENER] if listener else [0])
+    for flags in attempts:
+        ctypes.set_errno(0)
+        rc = libc.syscall(ctypes.c_long(nr), ctypes.c_uint(SECCOMP_SET_MODE_FILTER), ctypes.c_uint(flags),
+                          ctypes.byref(prog))
+        if rc >= 0:
+            degraded = NO_WAIT_KILLABLE if listener and not flags & SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV else ""
+            return (int(rc) if listener else None), degraded
+        err = ctypes.get_errno()
+        if not (err == errno.EINVAL and flags & SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV):
+            raise KernelError("seccomp(SECCOMP_SET_MODE_FILTER)", err, os.strerror(err))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def load(spec: "OsLayerSpec", *, notify: bool) -> Tuple[Optional[int], str]:
+    """Build and load the filter on the calling thread: (listener fd with notify, degradation).
 
     The listener fd is O_CLOEXEC (the kernel creates it so). Once this returns,
     every notified syscall of this thread blocks until someone answers on
@@ -346,19 +404,11 @@ def load(spec: "OsLayerSpec", *, notify: bool) -> Optional[int]:
     pipe, then let the parent take it with :func:`take_listener`) -- a
     ``sendmsg`` with SCM_RIGHTS from this thread would wait for itself forever.
     """
-    f = _BUILT.pop(_key(spec, notify), None) or build_filter(spec, notify=notify)
-    try:
-        f.load()
-    except OSError as exc:
-        raise KernelError("seccomp_load", exc.errno or errno.EINVAL, exc.strerror or str(exc)) from exc
-    _LOADED.append(f)
-    if not notify:
-        return None
-    fd = int(_sc._libseccomp.seccomp_notify_fd(f._filter))
-    if fd < 0:
-        raise KernelError("seccomp_notify_fd", -fd, os.strerror(-fd), "libseccomp returned no listener fd")
-    os.set_inheritable(fd, False)
-    return fd
+    program = _BUILT.get(_key(spec, notify)) or compile_filter(spec, notify=notify)
+    fd, degraded = load_program(program, listener=notify)
+    if fd is not None:
+        os.set_inheritable(fd, False)
+    return fd, degraded
 
 
 def classify(nr: int, spec: Optional["OsLayerSpec"] = None) -> Tuple[str, str]:
