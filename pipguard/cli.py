@@ -857,7 +857,25 @@ def _with_errors(invoke) -> None:
     except OSError as exc:
         _fail(f"{exc.strerror or exc} ({exc.filename or 'no file'})",
               "this is probably a bug in pipguard: please report it")
+    except Exception as exc:  # a bug: one line for the user, the traceback in a file for the report
+        _fail(f"internal error: {type(exc).__name__}: {str(exc)[:300]}",
+              f"this is a bug in pipguard: please report it with {_save_traceback()}")
     raise SystemExit(0)
+
+
+def _save_traceback() -> str:
+    """The current exception's traceback in a new file of the temp dir: its path (or where it
+    could not go)."""
+    import tempfile
+    import traceback
+
+    try:
+        fd, path = tempfile.mkstemp(prefix="pipguard-crash-", suffix=".txt")
+        with os.fdopen(fd, "w") as handle:
+            handle.write(traceback.format_exc())
+        return path
+    except OSError:
+        return "the output of the same command"
 
 
 # -- entry point --------------------------------------------------------------

@@ -25,11 +25,13 @@ Handlers read the plan and its settings, never the user's request.
 
 from __future__ import annotations
 
+import collections
 import errno
 import os
 import socket
+import stat
 import time
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from pipguard import notify, rules
 from pipguard.evidence import Collector
@@ -107,7 +109,10 @@ class Handlers:
         # Every file decision comes from the one rule table (pipguard/rules.py),
         # and so do the native responder's prefix tables.
         self._grants = rules.Grants.of(plan.homes, plan.home_dir, plan.read_roots, plan.write_roots,
-                                       [plan.fifo], plan.private_roots, plan.toolchain_prefixes)
+                                       [plan.fifo], plan.private_roots, plan.toolchain_prefixes,
+                                       plan.namespace_tmpfs)
+        #: the write roots that are bound from the host (same path inside and out)
+        self._host_write = tuple(r for r in self._grants.write if r not in self._grants.namespace_own)
         tables = rules.native_tables(self._grants, SYSTEM_READ)
         #: the prefixes the native responder answers itself (fixed_fast, read_fast, write_fast, never_fast)
         self.fast_tables = {name: tuple(tables[name])
@@ -396,6 +401,9 @@ class Handlers:
 
     # files -----------------------------------------------------------------
     def _resolve(self, pid: int, dirfd: int, path: str) -> str:
+        return os.path.realpath(self._absolute(pid, dirfd, path))
+
+    def _absolute(self, pid: int, dirfd: int, path: str) -> str:
         if path.startswith("/proc/self/") or path == "/proc/self":
             path = f"/proc/{pid}" + path[len("/proc/self"):]
         elif path.startswith("/proc/thread-self"):
@@ -415,7 +423,22 @@ class Handlers:
             except OSError:
                 base = "/"
             path = base.rstrip("/") + "/" + path
-        return os.path.realpath(path)
+        return path
+
+    def _write_in_namespace(self, pid: int, dirfd: int, raw: str) -> Optional[Tuple[str, bool]]:
+        """Under ns, a write's target as the sandbox sees it: (path, its directory exists
+        there); None where the host's view is the sandbox's (not under ns, /proc, /dev).
+        Its private /tmp is not the host's /tmp: resolved on the host, a write aimed at a
+        host path there (a sibling project's tree) looked like one into its own /tmp and
+        failed with ENOENT unreported; and a link it made there was not followed."""
+        if not self._grants.namespace_own:
+            return None
+        absolute = self._absolute(pid, dirfd, raw)
+        if absolute.startswith(("/proc/", "/dev/")) and not rules.under(absolute, self._grants.namespace_own):
+            return None
+        if " (deleted)" in absolute:  # a removed cwd or directory: its name is no path to walk
+            return None
+        return _resolve_in_root(f"/proc/{pid}/root", absolute)
 
     def _inside(self, pid: int):
         """Is a /proc/<n> entry one of the sandbox's own processes (as seen by ``pid``)?
@@ -432,6 +455,14 @@ class Handlers:
                        flags: int, mode: int = 0, in_root: bool = False) -> int:
         raw = self.memory.string(note.pid, path_addr)
         if not raw:
+            if path_addr and not self.memory.read(note.pid, path_addr, 1):
+                # its memory cannot be read: a process that made itself non-dumpable
+                # (prctl) when pipguard is not root. Its path is unknown, so the open
+                # counts as hidden: refused and reported, never let through unseen
+                self.add_event("file-write" if flags & WRITE_FLAGS else "file-read", BLOCKED, "supervisor",
+                               note.pid, f"(unreadable: pid {note.pid})", "unreadable-arguments",
+                               {"syscall": "open", "flags": hex(flags)})
+                return errno.EACCES
             return 0
         if in_root:  # openat2 RESOLVE_IN_ROOT: "/" means dirfd
             raw = raw.lstrip("/") or "."
@@ -453,12 +484,22 @@ class Handlers:
         if not writing and raw.startswith(self._fixed_fast) and _normalised(raw) \
                 and not raw.startswith(self._never_fast):
             return 0
-        path = self._resolve(note.pid, dirfd, raw)
+        seen = self._write_in_namespace(note.pid, dirfd, raw) if writing else None
+        path = seen[0] if seen else self._resolve(note.pid, dirfd, raw)
         detail = {"syscall": "open", "path": raw, "flags": hex(flags)}
         inside = self._inside(note.pid)
         if writing:
             if path.startswith("/proc/") and not rules.proc_other(path, inside):
                 return 0  # its own /proc (fd links to pipes: realpath cannot see through them); Landlock decides
+            if seen and not seen[1] and rules.under(path, self._grants.namespace_own) \
+                    and not rules.under(path, self._host_write):
+                # no such directory in its world: the kernel says ENOENT. Where the host has
+                # it, the write was aimed at the host's (another project's tree): a finding
+                parent = os.path.dirname(path)
+                if parent not in self._grants.namespace_own and os.path.isdir(parent):
+                    self.add_event("file-write", BLOCKED, "ns", note.pid, path, "write-outside-roots",
+                                   dict(detail, ns="a host directory that is not in the sandbox's world"))
+                return errno.ENOENT
             rule = rules.write_rule(path, self._grants, inside)
             if rule is None:
                 return 0
@@ -505,3 +546,61 @@ class Handlers:
         dirfd = dirfd - (1 << 32) if dirfd >= 1 << 31 else dirfd
         return self._file_decision(note, dirfd, note.args[1], flags, mode,
                                    in_root=bool(resolve & _RESOLVE_IN_ROOT))
+
+
+def _resolve_in_root(root: str, path: str) -> Optional[Tuple[str, bool]]:
+    """``os.path.realpath(path)`` as a process whose root directory is ``root``
+    (``/proc/PID/root``: its mount namespace) sees it: (the path, whether every
+    directory on the way exists there); None where that cannot be known (a
+    directory it may not search, a loop of links, a component that is no
+    directory), for the caller to fall back on the host's view.
+
+    Walked one component at a time from descriptors (``O_PATH | O_NOFOLLOW``),
+    as the kernel walks it: no length limit on the whole path, links followed
+    inside the root (an absolute target starts again at it), ``..`` within it.
+    Where a component is missing, the rest is normalised as ``realpath`` would
+    (``missing/../../etc/x`` is ``/etc/x``, never a text starting with a grant)."""
+    try:
+        root_fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    opened: List[Tuple[str, int]] = []  # the resolved components, each with its descriptor
+    pending = collections.deque(p for p in path.split("/") if p)
+    links = 0
+    try:
+        while pending:
+            name = pending.popleft()
+            if name == ".":
+                continue
+            if name == "..":
+                if opened:
+                    os.close(opened.pop()[1])
+                continue
+            at = opened[-1][1] if opened else root_fd
+            try:
+                st = os.stat(name, dir_fd=at, follow_symlinks=False)
+            except FileNotFoundError:
+                rest = os.path.normpath("/" + "/".join([*(n for n, _ in opened), name, *pending]))
+                return rest, not pending
+            except OSError:
+                return None
+            if stat.S_ISLNK(st.st_mode):
+                links += 1
+                if links > 40:  # the kernel's limit (ELOOP)
+                    return None
+                target = os.readlink(name, dir_fd=at)
+                if target.startswith("/"):
+                    while opened:
+                        os.close(opened.pop()[1])
+                pending.extendleft(reversed([p for p in target.split("/") if p]))
+                continue
+            if pending and not stat.S_ISDIR(st.st_mode):
+                return None  # ENOTDIR: the kernel's answer, nothing to resolve
+            opened.append((name, os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=at)))
+        return "/" + "/".join(n for n, _ in opened), True
+    except OSError:
+        return None
+    finally:
+        for _, fd in opened:
+            os.close(fd)
+        os.close(root_fd)

@@ -27,7 +27,7 @@ import os
 import stat
 import tempfile
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from pipguard import srcguard
 from pipguard.files import walk
@@ -72,6 +72,9 @@ class HookCall:
     writes: Tuple[str, ...]
     #: the source tree's protected entries before the call (:mod:`pipguard.srcguard`)
     protected: Tuple["srcguard.Entry", ...] = ()
+    #: (name, URL) requirements the project declares as data, read before any hook ran
+    #: (:func:`declared_url_requirements`): the only requirements by URL a result may name
+    declared_urls: FrozenSet[Tuple[str, str]] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -219,6 +222,44 @@ def source_identity(source_dir: str) -> Tuple[str, str]:
     return canonicalize_name(base), ""
 
 
+def declared_url_requirements(source_dir: str) -> FrozenSet[Tuple[str, str]]:
+    """(canonical name, URL) of each requirement by URL that ``source_dir``'s
+    pyproject.toml declares statically: ``[project] dependencies`` and
+    ``optional-dependencies`` that ``dynamic`` does not hand to the backend.
+
+    Read when pip has prepared the tree and before any of its hooks ran, so
+    what it holds is what the project's author wrote, not what a build read
+    or computed: naming such a URL is no channel out of the sandbox, and pip
+    fetches it as it would without pipguard. Anything unreadable: none."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    try:
+        project = _load_toml(os.path.join(source_dir, "pyproject.toml")).get("project")
+    except (OSError, ValueError):
+        return frozenset()
+    if not isinstance(project, dict):
+        return frozenset()
+    declared_dynamic = project.get("dynamic")
+    dynamic: List[object] = declared_dynamic if isinstance(declared_dynamic, list) else []
+    texts: List[object] = []
+    if "dependencies" not in dynamic and isinstance(project.get("dependencies"), list):
+        texts += project["dependencies"]
+    optional = project.get("optional-dependencies")
+    if "optional-dependencies" not in dynamic and isinstance(optional, dict):
+        for group in optional.values():
+            texts += group if isinstance(group, list) else []
+    out = set()
+    for text in texts:
+        try:
+            requirement = Requirement(text) if isinstance(text, str) else None
+        except InvalidRequirement:
+            continue
+        if requirement is not None and requirement.url:
+            out.add((canonicalize_name(requirement.name), requirement.url))
+    return frozenset(out)
+
+
 def _load_toml(path: str) -> dict:
     try:
         import tomllib  # Python >= 3.11
@@ -328,13 +369,18 @@ def _direct_references(call: HookCall, requirements: Sequence[str], where: str) 
     """A requirement by URL (``name @ https://...``, ``git+...``, ``file:...``) in what a hook
     computed: pip resolves it itself, unsandboxed and with the network, so a build with no
     network could make pip connect anywhere and carry data in the URL. Names go to the index
-    only (docs/sandbox.md, honest limits)."""
+    only (docs/sandbox.md, honest limits); URLs only where the project declared them as
+    data (``call.declared_urls``)."""
     from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
 
     out: List[Problem] = []
     for text in requirements:
         try:
-            url = Requirement(text).url
+            requirement = Requirement(text)
+            url = requirement.url
+            if url and (canonicalize_name(requirement.name), url) in call.declared_urls:
+                continue
         except InvalidRequirement:
             url = text if "://" in text or text.lstrip().startswith(("file:", "/", ".")) else None
         if url:

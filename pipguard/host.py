@@ -17,6 +17,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
+from pipguard.errors import KernelError
+
 SUPPORTED_MACHINES = ("x86_64", "aarch64")
 CLONE_NEWUSER = 0x10000000
 
@@ -257,13 +259,10 @@ def _notify() -> Tuple[bool, str]:
             return False, "prctl(PR_SET_NO_NEW_PRIVS) failed"
         f = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
         f.add_rule(pyseccomp.NOTIFY, "uselib")  # never called by anyone
-        fd = os.memfd_create("probe", os.MFD_CLOEXEC)
-        pyseccomp._libseccomp.seccomp_export_bpf(f._filter, fd)
-        program = os.pread(fd, os.lseek(fd, 0, os.SEEK_END), 0)
         try:
-            listener, degraded = seccomp.load_program(program, listener=True)
-        except OSError as exc:
-            return False, f"loading a SECCOMP_FILTER_FLAG_NEW_LISTENER filter failed: {exc.strerror}"
+            listener, degraded = seccomp.load_program(seccomp.export_program(f), listener=True)
+        except KernelError as exc:  # what export and load raise for a refusal
+            return False, f"loading a SECCOMP_FILTER_FLAG_NEW_LISTENER filter failed: {exc.message}"
         if listener is None:
             return False, "no listener fd after load"
         os.fstat(listener)

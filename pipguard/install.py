@@ -28,7 +28,7 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple
 
 from pipguard.errors import UsageError
 from pipguard.policyfile import ProjectPolicy
@@ -100,6 +100,14 @@ class InstallOptions:
     project: ProjectPolicy = ProjectPolicy()
 
 
+class Source(NamedTuple):
+    """What pipguard learnt of a source tree when pip had prepared it, before any hook ran."""
+
+    name: Optional[str] = None  # the requirement's canonical name, as pip resolved it
+    origin: Optional[Origin] = None
+    declared_urls: FrozenSet[Tuple[str, str]] = frozenset()  # hookcall.declared_url_requirements
+
+
 class Installer:
     """Runs pip with the seam; ``options.sandbox_only`` installs nothing."""
 
@@ -119,7 +127,7 @@ class Installer:
         self.hook_results: List[HookResult] = []
         self.gated: Dict[str, PackageResult] = {}
         #: source tree -> (the name pip resolved, the artifact), sent by the seam
-        self.sources: Dict[str, Tuple[Optional[str], Optional[Origin]]] = {}
+        self.sources: Dict[str, Source] = {}
         #: package -> its artifact, as learnt from the seam
         self.origins: Dict[str, Origin] = {}
         #: package -> its blocked attempts an approval accepted, with the approval
@@ -265,11 +273,14 @@ class Installer:
 
         from pipguard.approvals import Origin
 
+        from pipguard.hookcall import declared_url_requirements
+
         directory, name = request.get("dir"), request.get("name")
         if isinstance(directory, str):
-            self.sources[os.path.realpath(directory)] = (
+            directory = os.path.realpath(directory)
+            self.sources[directory] = Source(
                 canonicalize_name(name) if isinstance(name, str) and name else None,
-                Origin.from_json(request.get("origin")))
+                Origin.from_json(request.get("origin")), declared_url_requirements(directory))
         return {}
 
     def _on_hook(self, request: dict, fds: List[int]) -> dict:
@@ -283,9 +294,11 @@ class Installer:
             self.error = self.error or f"pipguard refused a hook call: {exc}"
             return {"exit": 1, "message": f"pipguard: {exc}"}
         # the name pip resolved wins over what the tree says about itself
-        pip_name, origin = self.sources.get(call.cwd, (None, None))
+        pip_name, origin, declared_urls = self.sources.get(call.cwd, Source())
         if pip_name and pip_name != call.package:
             call = dataclasses.replace(call, package=pip_name)
+        if declared_urls:
+            call = dataclasses.replace(call, declared_urls=declared_urls)
         if origin is not None:
             self.origins[call.package] = origin
         who = f"{call.package} {call.version}".strip()

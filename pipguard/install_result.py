@@ -150,6 +150,9 @@ class InstallResult:
             {"name": p.name, "version": p.version, "artifact": p.artifact, "sha256": p.sha256,
              "origin": p.origin.to_json() if p.origin else None,
              "from_sdist": p.from_sdist, "verdict": p.verdict,
+             # its own sandboxed hook calls, in order (the top-level "phases" holds every one)
+             "hook_calls": [{key: phase[key] for key in ("name", "verdict", "exit_code", "duration")}
+                            for phase in data["phases"] if phase["package"] == p.name],
              "findings": [_finding_json(f, None) for f in p.findings]
              + [_finding_json(f, a) for f, a in p.accepted_findings],
              "events": [dataclasses.asdict(e) for e in p.events]

@@ -98,6 +98,8 @@ MESSAGES = {
                       "(too deep, unreadable, too many): what cannot be seen counts as hidden",
     "privileged-mode": "a setuid/setgid bit on a file the build wrote (cleared: on the host it "
                        "would be root's)",
+    "unreadable-arguments": "an open whose path the supervisor could not read (the process made "
+                            "itself non-dumpable): refused, as what cannot be seen counts as hidden",
 }
 
 
@@ -125,13 +127,18 @@ class Grants:
     #: ``~/.cargo/bin``), not granted: opening or listing exactly one of them is refused
     #: and informational, ``toolchain-prefix``; everything inside keeps its rule
     prefixes: Tuple[str, ...] = ()
+    #: write roots that are the namespace's own (its private ``/tmp``, ``/dev/shm``): the
+    #: same path on the host is another directory, so no host-side resolution of a path
+    #: there means anything (the supervisor resolves those in the sandbox's view)
+    namespace_own: Tuple[str, ...] = ()
 
     @classmethod
     def of(cls, homes: Sequence[str], sandbox_home: str, read: Sequence[str],
            write: Sequence[str], write_files: Sequence[str] = (),
-           private: Sequence[str] = (), prefixes: Sequence[str] = ()) -> "Grants":
+           private: Sequence[str] = (), prefixes: Sequence[str] = (),
+           namespace_own: Sequence[str] = ()) -> "Grants":
         return cls(_norm(homes), sandbox_home.rstrip("/"), _norm(read), _norm(write),
-                   frozenset(write_files), _norm(private), _norm(prefixes))
+                   frozenset(write_files), _norm(private), _norm(prefixes), _norm(namespace_own))
 
 
 def _norm(paths: Sequence[str]) -> Tuple[str, ...]:
@@ -235,10 +242,13 @@ def native_tables(grants: Grants, system_read: Sequence[str]) -> Dict[str, List[
     So ``never_fast`` must cover every path those rules could refuse or report
     inside a fast root: the decoy home, ``/proc/``, the system secrets, and in
     each home that overlaps a fast root its credential and startup entries (the
-    whole home when it lies under one, as ``/opt/ci`` under ``/opt``)."""
+    whole home when it lies under one, as ``/opt/ci`` under ``/opt``). Writes below
+    the namespace's own roots are never fast (see :attr:`Grants.namespace_own`)."""
     sandbox = grants.sandbox_home
     sandbox_roots = tuple(r for r in grants.write if r != sandbox)
-    write_fast = [r + "/" for r in sandbox_roots]
+    # not the namespace's own roots: the responder resolves in the host's view, where
+    # /tmp/X is the host's (a sibling's tree, say), not what the sandbox would write
+    write_fast = [r + "/" for r in sandbox_roots if r not in grants.namespace_own]
     read_roots = tuple(dict.fromkeys((*system_read, "/etc", *grants.read, *sandbox_roots)))
     read_fast = [r.rstrip("/") + "/" for r in read_roots if r not in ("/proc", "/sys")]
     # Reads under these may skip realpath: the sandbox cannot plant symlinks

@@ -54,6 +54,30 @@ def test_bad_input_is_one_line_exit_2(work, args, words):
     assert not list(work.glob("*.json"))
 
 
+def test_a_bug_in_pipguard_is_one_line_and_a_saved_traceback(tmp_path, monkeypatch, capsys):
+    """Any exception that is not one of pipguard's errors (a bug) reaches the user as one line
+    and exit 2, the traceback in a file the line names (for the bug report), never on stderr."""
+    from pipguard import cli as pgcli
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # TMPDIR is read again
+
+    def buggy():
+        return {}["no such key"]
+
+    with pytest.raises(SystemExit) as exited:
+        pgcli._with_errors(buggy)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "internal error: KeyError" in err
+    (saved,) = tmp_path.glob("pipguard-crash-*.txt")
+    assert str(saved) in err
+    assert "Traceback" in saved.read_text() and "buggy" in saved.read_text()
+
+
 @pytest.mark.parametrize("args, pip_words", [
     (["-r", "/nonexistent/req.txt"], "requirements file"),
     (["--no-such-pip-option", "x"], "no such option"),

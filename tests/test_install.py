@@ -80,8 +80,10 @@ def test_hostile_sdist_refused_nothing_installed(tmp_path, fake_home, route, tar
     blocked = [e for e in report["events"] if e["action"] == "blocked" and e["rule"] != "loopback-bind"]
     assert any(e["kind"] == kind and e["detail"]["phase"] == phase for e in blocked), blocked
     assert "refused" in proc.stderr.lower()
-    (pkg,) = [p for p in report["packages"] if p["verdict"] == "blocked"] or [None]
-    assert pkg is None or pkg["events"], "blocked events are attributed to the package that made them"
+    # attributed to the package that made them: its own entry is blocked and holds the event
+    (pkg,) = [p for p in report["packages"] if p["name"].replace("-", "_") == name]
+    assert pkg["verdict"] == "blocked", pkg
+    assert any(e["kind"] == kind and e["action"] == "blocked" for e in pkg["events"]), pkg
 
 
 @pytest.mark.parametrize("route, backend", [backend_param("plain", "index"), backend_param("plain", "find-links"),

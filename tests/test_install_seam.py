@@ -32,6 +32,25 @@ def test_local_project_dot_with_extras(tmp_path, fake_home, route, any_pip_targe
     assert site_import(target, "localproj").returncode == 0
     hooks = {(p["package"], p["name"]) for p in report["phases"]}
     assert ("localproj", "build_wheel") in hooks and ("legit-pure", "build_wheel") in hooks, hooks
+    # each package lists its own hook calls
+    (own,) = [p for p in report["packages"] if p["name"] == "localproj"]
+    assert [c["name"] for c in own["hook_calls"]] == [p["name"] for p in report["phases"]
+                                                     if p["package"] == "localproj"]
+    assert "build_wheel" in [c["name"] for c in own["hook_calls"]], own
+
+
+def test_the_oldest_claimed_pip_is_the_one_tested(tmp_path, wheelhouse):
+    """docs/sandbox.md claims 23.2 as the oldest pip supported, tested as the venvs' bundled pip:
+    that holds only where the test interpreter bundles 23.2 (CPython 3.11, what CI runs)."""
+    from support.pipinstall import make_venv
+
+    venv = make_venv(tmp_path / "v", "bundled", wheelhouse)
+    version = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "--version"],
+                             capture_output=True, text=True).stdout.split()[1]
+    if sys.version_info[:2] != (3, 11):
+        pytest.skip(f"Python {sys.version_info[0]}.{sys.version_info[1]} bundles pip {version}: the oldest "
+                    "claimed pip (23.2) is tested on CPython 3.11")
+    assert version.startswith("23.2"), version
 
 
 def test_absolute_path_installs_the_project(tmp_path, fake_home, route, target):
@@ -76,7 +95,8 @@ def test_editable_imports_from_the_source_tree(tmp_path, fake_home, route, any_p
     assert all(f["severity"] == "info" for f in pkg["findings"])  # the editable finder, recognised
 
 
-def test_requirements_file_with_relative_paths_and_editable_lines(tmp_path, fake_home, route, target):
+def test_requirements_file_with_relative_paths_and_editable_lines(tmp_path, fake_home, route, any_pip_target):
+    target = any_pip_target
     work = tmp_path / "work"
     write_project(work / "libs", "reqlib")
     write_project(work / "libs", "reqedit")
@@ -106,7 +126,8 @@ def test_installed_versions_kept_without_upgrade(tmp_path, fake_home, route, tar
 
 
 @pytest.mark.parametrize("where", ["--target", "--prefix"])
-def test_target_and_prefix(tmp_path, fake_home, route, target, where):
+def test_target_and_prefix(tmp_path, fake_home, route, any_pip_target, where):
+    target = any_pip_target
     dest = tmp_path / "dest"
     proc, _ = pg_install([where, str(dest), "legit_pure"], home=fake_home, target=target,
                          route=route, cwd=tmp_path)
@@ -117,9 +138,10 @@ def test_target_and_prefix(tmp_path, fake_home, route, target, where):
 
 
 # --------------------------------------------------------------------------- build requirements
-def test_dynamic_build_requirements(tmp_path, fake_home, route, target):
+def test_dynamic_build_requirements(tmp_path, fake_home, route, any_pip_target):
     """setup_requires is asked for through get_requires_for_build_wheel; pip installs it into
     the build environment (a pip subprocess: its own builds are sandboxed too)."""
+    target = any_pip_target
     extra = route.add(tmp_path / "extra")
     build_sdist(write_project(tmp_path / "h", "dynhelper"), extra)
     build_sdist(write_project(tmp_path / "d", "dynreq", setup_extra=", setup_requires=['dynhelper']"),
@@ -132,7 +154,8 @@ def test_dynamic_build_requirements(tmp_path, fake_home, route, target):
     assert ("dynhelper", "build_wheel") in built, built  # built in a sandbox for the build env
 
 
-def test_quoted_marker_in_build_requires(tmp_path, fake_home, route, target):
+def test_quoted_marker_in_build_requires(tmp_path, fake_home, route, any_pip_target):
+    target = any_pip_target
     extra = route.add(tmp_path / "extra")
     pyproject = ('[build-system]\nrequires = ["setuptools", "Cython; python_version < \'3.99\'", '
                  '"wheel; python_version >= \'3\'"]\nbuild-backend = "setuptools.build_meta"\n')
@@ -161,7 +184,8 @@ for name in names:
 """
 
 
-def test_build_cannot_rewrite_a_sibling_tree(tmp_path, fake_home, route, target):
+def test_build_cannot_rewrite_a_sibling_tree(tmp_path, fake_home, route, any_pip_target):
+    target = any_pip_target
     extra = route.add(tmp_path / "extra")
     build_sdist(write_project(tmp_path / "v", "victim"), extra)
     # sorts after victim: pip unpacks victim first, then runs the attacker's hooks
@@ -179,9 +203,50 @@ def test_build_cannot_rewrite_a_sibling_tree(tmp_path, fake_home, route, target)
                    for e in report["events"])
 
 
-def test_wheel_dropped_next_to_its_own_is_refused(tmp_path, fake_home, route, target):
+KNOWN_SIBLING_ATTACK = """
+import subprocess
+# the victim's tree is the user's project directory: its path is no secret to guess
+victim = {victim!r}
+try:  # the loud form: a Python write, seen by the audit hook
+    with open(victim + '/victim/__init__.py', 'a') as handle:
+        handle.write('POISONED = True\\n')
+except OSError:
+    pass
+# the quiet form: a native write (a shell's redirection), seen only by the OS layer
+subprocess.call(['sh', '-c', 'echo POISONED = True >> "$0" 2>/dev/null', victim + '/victim/native.py'])
+"""
+
+
+def test_build_cannot_write_a_sibling_tree_it_knows(tmp_path, fake_home, route, any_pip_target):
+    """The listing test above shows a build cannot find pip's other trees; here it needs no
+    listing: the sibling is a local project (pip builds it in place, at a path anyone can know)
+    and the attacker writes into it by name, from Python and natively. Both writes fail, both
+    are reported, the user's tree is unchanged and nothing is installed."""
+    victim = write_project(tmp_path / "v", "victim")
+    pristine = (victim / "victim" / "__init__.py").read_text()
+    extra = route.add(tmp_path / "extra")
+    attacker = write_project(tmp_path / "a", "zknower", setup_extra="")
+    (attacker / "setup.py").write_text(KNOWN_SIBLING_ATTACK.format(victim=str(victim))
+                                       + (attacker / "setup.py").read_text())
+    build_sdist(attacker, extra)
+    before = listing(any_pip_target)
+    proc, report = pg_install([str(victim), "zknower"], home=fake_home, target=any_pip_target,
+                              route=route, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert listing(any_pip_target) == before
+    assert (victim / "victim" / "__init__.py").read_text() == pristine
+    assert not (victim / "victim" / "native.py").exists()
+    blocked = {e["target"] for e in report["events"] if e["kind"] == "file-write" and e["action"] == "blocked"}
+    assert str(victim / "victim" / "__init__.py") in blocked, report["events"]
+    assert str(victim / "victim" / "native.py") in blocked, report["events"]
+    (pkg,) = [p for p in report["packages"] if p["name"] == "zknower"]
+    assert pkg["verdict"] == "blocked", pkg
+
+
+def test_wheel_dropped_next_to_its_own_is_refused(tmp_path, fake_home, route, any_pip_target):
     """A build that adds a second wheel to the directory pip gave it (a tampered wheel of an
     installed package, say) fails and is reported; nothing is installed."""
+    target = any_pip_target
     extra = route.add(tmp_path / "extra")
     proj = write_project(tmp_path / "d", "dropper")
     (proj / "setup.py").write_text(textwrap.dedent("""\
@@ -248,9 +313,10 @@ with open(os.path.join('hunter', 'loot.py'), 'w') as handle:
 
 
 @pytest.mark.parametrize("style", ["quiet", "loud", "native-unobserved"])
-def test_index_credentials_never_reach_a_sandbox(tmp_path, fake_home, wheelhouse, sdists, target, style):
+def test_index_credentials_never_reach_a_sandbox(tmp_path, fake_home, wheelhouse, sdists, any_pip_target, style):
     """The token in PIP_INDEX_URL: not in any hook call's environ or argv, not in another
     process's /proc it could read, not in what gets installed."""
+    target = any_pip_target
     route = Route("index", [wheelhouse, sdists])
     try:
         extra = route.add(tmp_path / "extra")
@@ -353,6 +419,30 @@ def test_credentials_leave_pip_command_lines():
     assert args == ["install", "-f", "/local", "--find-links", "http://plain/x", "--", "-i", "kept"]
     assert env == {"PIP_INDEX_URL": "https://u:t@h/simple",
                    "PIP_EXTRA_INDEX_URL": "https://e/s https://a:b@x/s"}
+    # a store option's last value wins in pip, a credentialed one or not: leaving a plain
+    # `-i` on the command line (which beats the variable) made the other index win
+    for given, wins in ((["-i", "https://plain/s", "-i", "https://u:t@h/s"], "https://u:t@h/s"),
+                        (["-i", "https://u:t@h/s", "--index-url=https://plain/s"], "https://plain/s")):
+        args, env = move_credentials(["install", *given, "pkg"], {})
+        assert (args, env) == (["install", "pkg"], {"PIP_INDEX_URL": wins}), given
+
+
+def test_no_use_pep517_is_overridden_with_a_note(tmp_path, fake_home, links, target, wheelhouse):
+    """pip 23.2 with --no-use-pep517 would run `setup.py install` outside any hook: pipguard's
+    --use-pep517 (added last, so it wins) routes the project through the sandboxed hooks,
+    and says so instead of silently changing what was asked."""
+    proj = write_project(tmp_path, "legacyproj", pyproject="")
+    (proj / "pyproject.toml").unlink()  # a setup.py-only project: pip's legacy candidate
+    # pip itself refuses --no-use-pep517 unless setuptools and wheel are in the target
+    subprocess.run([str(target / "bin" / "python"), "-m", "pip", "install", "-q", "--no-index", "-f",
+                    str(wheelhouse), "wheel", "setuptools"], check=True,
+                   env={"PATH": os.environ["PATH"], "PIP_CONFIG_FILE": os.devnull})
+    proc, report = pg_install(["--no-use-pep517", str(proj)], home=fake_home, target=target, route=links,
+                              cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "--no-use-pep517 is overridden" in proc.stderr
+    assert pip_list(target).get("legacyproj") == "1.0"
+    assert "build_wheel" in [p["name"] for p in report["phases"]]
 
 
 def test_dry_run_runs_metadata_hooks_sandboxed_and_installs_nothing(tmp_path, fake_home, links, target):

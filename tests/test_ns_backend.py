@@ -577,6 +577,63 @@ def test_native_writes_in_the_namespace_tmp_are_files_written(who, request, work
 
 
 @requires("root")
+@pytest.mark.parametrize("who", ["root", "nobody"])
+def test_a_write_aimed_at_a_host_directory_below_tmp_is_reported(who, request, work, fake_home, tmp_path):
+    """The namespace's /tmp is its own: a host directory below the host's /tmp (a sibling
+    project's tree, pip's other builds) is not in it, so a native write there fails with
+    ENOENT — and was reported by nothing (the supervisor resolved the path on the host, where
+    it is under /tmp, a write root). Now resolved in the sandbox's view: the attempt is a
+    finding, the kernel's answer unchanged. A link the sandbox makes in its /tmp is followed
+    in its world (to /etc: refused and reported). Its own /tmp stays writable, unreported."""
+    work, home, runner = _setup(who, request, work, fake_home)
+    victim = pathlib.Path(tempfile.mkdtemp(prefix="pipguard-ns-victim-", dir="/tmp"))
+    try:
+        os.chmod(victim, 0o777)
+        script = (f'echo x >> "{victim}/native.py" 2>/dev/null; echo "host=$?"; '
+                  'ln -s /etc /tmp/l; echo x > /tmp/l/pipguard-probe 2>/dev/null; echo "link=$?"; '
+                  'mkdir /tmp/own && echo x > /tmp/own/f; echo "own=$?"; '
+                  'echo x > /tmp/missing/f 2>/dev/null; echo "missing=$?"; '
+                  # review: a removed cwd's name ends in " (deleted)": `..` from it is still real
+                  'mkdir gone && cd gone && rmdir ../gone; '
+                  'echo x >> ' + "../" * 40 + 'etc/pipguard-probe-deleted 2>/dev/null; echo "deleted=$?"')
+        r = pg.cli(["run", "--isolation", "ns", "--", "sh", "-c", script], cwd=work, env=home.env(),
+                   runner=runner)
+        assert "host=2" in r.stdout and "link=2" in r.stdout and "own=0" in r.stdout, (r.stdout, r.stderr)
+        assert "missing=2" in r.stdout, r.stdout
+        assert not (victim / "native.py").exists()
+        blocked = {e["target"]: e for e in r.report["events"]
+                   if e["kind"] == "file-write" and e["action"] == "blocked"}
+        assert str(victim / "native.py") in blocked, r.report["events"]
+        assert blocked[str(victim / "native.py")]["rule"] == "write-outside-roots"
+        assert "/etc/pipguard-probe" in blocked, r.report["events"]
+        assert "deleted=2" in r.stdout and "/etc/pipguard-probe-deleted" in blocked, r.report["events"]
+        # its own /tmp, and a directory that exists nowhere: nothing to report
+        assert not [t for t in blocked if t.startswith(("/tmp/own", "/tmp/missing"))], blocked
+        assert r.report["verdict"] == "blocked"
+    finally:
+        shutil.rmtree(victim, ignore_errors=True)
+
+
+@requires("root")
+@pytest.mark.parametrize("isolation", ["ns", "os"])
+def test_a_process_that_hides_its_memory_is_refused_and_reported(isolation, request, work, fake_home,
+                                                                try_one_bin):
+    """Found by review: pipguard as a normal user cannot read the memory of a process that made
+    itself non-dumpable (prctl), so the path of its open was unknown — and the open went
+    through unreported (Landlock still refused it). Now it is refused and reported."""
+    work, home, runner = _setup("nobody", request, work, fake_home)
+    target = "/etc/pipguard-hidden"
+    r = pg.cli(["run", "--isolation", isolation, "--keep-env", "TRY_ONE_UNDUMPABLE",
+                "--allow-read", os.path.dirname(str(try_one_bin)), "--", str(try_one_bin), "write", target],
+               cwd=work, env=dict(home.env(), TRY_ONE_UNDUMPABLE="1"), runner=runner)
+    out = parse_try_one(r.stdout)
+    assert out["ok"] is False, out
+    found = r.blocked(kind="file-write", rule="unreadable-arguments")
+    assert found and r.report["verdict"] == "blocked", r.report["events"]
+    assert not os.path.exists("/etc/pipguard-hidden")
+
+
+@requires("root")
 def test_sys_is_the_namespaces_own(work, fake_home):
     """With a net namespace of its own the sandbox gets a sysfs of that namespace:
     /sys/class/net shows only lo, and none of the host's submounts below /sys

@@ -191,13 +191,17 @@ def move_credentials(args, env):
     command line (world-readable in /proc/PID/cmdline) into pip's environment variables
     (readable only by processes that may ptrace pip: a Landlock-confined sandbox may not).
     Every spelling optparse accepts: ``-i URL``, ``-iURL``, ``--index-url[=]URL``, and
-    unique abbreviations (``--extra=URL``)."""
+    unique abbreviations (``--extra=URL``). pip's precedence is kept: of a store option
+    (``--index-url``, ``--proxy``) the command line's last value wins over the environment,
+    so once one of its values moves, all of them leave the command line and the last one
+    is the variable (``-i PLAIN -i https://u:t@h/`` is the credentialed index, as in pip)."""
     args, env = list(args), dict(env)
-    out, moved, i = [], {}, 0
+    # (option's variable or None, value or None, the arguments that spell it)
+    parsed, i = [], 0
     while i < len(args):
         arg = args[i]
         if arg == "--":
-            out += args[i:]
+            parsed.append((None, None, args[i:]))
             break
         name, value, step = None, None, 1
         if arg.startswith("--"):
@@ -213,11 +217,16 @@ def move_credentials(args, env):
                 value = arg[2:]
             elif i + 1 < len(args):
                 value, step = args[i + 1], 2
-        if name and value is not None and _has_user_part(value):
-            moved.setdefault(_CREDENTIAL_OPTIONS[name], []).append(value)
-        else:
-            out += args[i:i + step]
+        variable = _CREDENTIAL_OPTIONS[name] if name and value is not None else None
+        parsed.append((variable, value, args[i:i + step]))
         i += step
+    moving = {variable for variable, value, _ in parsed if variable and _has_user_part(value)}
+    out, moved = [], {}
+    for variable, value, spelled in parsed:
+        if variable in moving and (variable in _STORE_VARIABLES or _has_user_part(value)):
+            moved.setdefault(variable, []).append(value)
+        else:
+            out += spelled
     for variable, values in moved.items():
         if variable in _STORE_VARIABLES:
             env[variable] = values[-1]  # a store option: the command line's last one wins
@@ -512,6 +521,11 @@ def _with_pep517(args):
     if not hasattr(cmdoptions, "use_pep517"):
         return list(args)  # a pip without the option has no legacy path either
     args = list(args)
+    if "--no-use-pep517" in args[:args.index("--") if "--" in args else len(args)]:
+        # pip would run setup.py outside any hook; the last option wins, so ours below does
+        sys.stderr.write("pipguard: --no-use-pep517 is overridden by --use-pep517: the legacy "
+                         "setup.py paths run package code outside a PEP 517 hook, which pipguard "
+                         "cannot sandbox\n")
     if "--" in args:
         at = args.index("--")
         return args[:at] + [USE_PEP517] + args[at:]

@@ -23,7 +23,7 @@ import ctypes
 import errno
 import os
 import platform
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from pipguard import rules
 from pipguard.errors import KernelError
@@ -335,20 +335,37 @@ def _key(spec: "OsLayerSpec", notify: bool) -> Tuple[str, bool, bool, bool]:
     return (spec.network, spec.allow_subprocess, spec.observe_reads, notify)
 
 
-def compile_filter(spec: "OsLayerSpec", *, notify: bool) -> bytes:
-    """The BPF program of :func:`build_filter` (struct sock_filter[]), as libseccomp
-    generates it for loading. pipguard loads it itself (:func:`load_program`):
-    libseccomp 2.5 cannot ask for SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV."""
-    f = build_filter(spec, notify=notify)
+#: the kernel's limit on one filter program (BPF_MAXINSNS)
+BPF_MAXINSNS = 4096
+
+
+def export_program(f: Any) -> bytes:
+    """The BPF program (struct sock_filter[]) that libseccomp generates for the
+    filter ``f`` (a ``pyseccomp.SyscallFilter``), as it would load it.
+
+    Checked before anyone loads it: a program that is empty, not whole 8-byte
+    instructions or longer than the kernel takes is an error here, with its size,
+    rather than an EINVAL from seccomp(2) in a sandbox's first process."""
     fd = os.memfd_create("pipguard-seccomp-bpf", os.MFD_CLOEXEC)
     try:
         rc = _sc._libseccomp.seccomp_export_bpf(f._filter, fd)
         if rc < 0:
             raise KernelError("seccomp_export_bpf", -rc, os.strerror(-rc))
-        size = os.lseek(fd, 0, os.SEEK_END)
-        return os.pread(fd, size, 0)
+        program = os.pread(fd, os.lseek(fd, 0, os.SEEK_END), 0)
     finally:
         os.close(fd)
+    if not program or len(program) % 8 or len(program) // 8 > BPF_MAXINSNS:
+        raise KernelError("seccomp_export_bpf", errno.EINVAL,
+                          f"libseccomp produced a program of {len(program)} bytes "
+                          f"(must be 1 to {BPF_MAXINSNS} instructions of 8 bytes)")
+    return program
+
+
+def compile_filter(spec: "OsLayerSpec", *, notify: bool) -> bytes:
+    """The BPF program of :func:`build_filter`, as libseccomp generates it for
+    loading. pipguard loads it itself (:func:`load_program`): libseccomp 2.5
+    cannot ask for SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV."""
+    return export_program(build_filter(spec, notify=notify))
 
 
 def prebuild(spec: "OsLayerSpec", *, notify: bool) -> None:

@@ -7,6 +7,7 @@
  *   -> {"action": "read", "ok": false, "errno": 13, "errname": "EACCES"}
  *
  * Exit status 0 whatever the outcome; 2 on a usage error (and for "dns", python helper only).
+ * TRY_ONE_UNDUMPABLE=1 in the environment: the action runs non-dumpable (C helper only).
  * The idea is bubblewrap's tests/try-syscall.c: sandbox tests run this under the sandbox and
  * compare errno, so a test checks the kernel's answer, not a log message.
  * Keep the action list in sync with try_one.py. */
@@ -18,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -93,6 +95,10 @@ static int resolve(const char *host, const char *port, int type, struct addrinfo
 
 int main(int argc, char **argv) {
     if (argc < 2) return usage("missing ACTION");
+    /* TRY_ONE_UNDUMPABLE=1: first make this process non-dumpable, so that a supervisor
+     * without CAP_SYS_PTRACE over it cannot read its memory (the syscall's arguments) */
+    if (getenv("TRY_ONE_UNDUMPABLE") && prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+        return usage("prctl(PR_SET_DUMPABLE) failed");
     const char *a = argv[1];
     int nargs = argc - 2;
 
