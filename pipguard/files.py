@@ -22,7 +22,10 @@ def walk(top: str, missed: Optional[List[str]] = None) -> Iterator[Tuple[str, Li
     pipguard with ``RecursionError`` and lost the run's evidence (review of
     the eleventh session). ``missed``: where given, each directory that could
     not be listed (a path longer than ``PATH_MAX`` that a build made by
-    renaming, one it made unreadable) is appended to it."""
+    renaming, one it made unreadable) is appended to it — except a directory
+    of ours that a run left unreadable to its owner (makepkg's ``pkg/``, mode
+    0111, after a failed build): that one is made listable (``u+rx``) and
+    listed, the run being over (``missed`` is the after-run walk's)."""
     stack = [top]
     while stack:
         directory = stack.pop()
@@ -32,9 +35,12 @@ def walk(top: str, missed: Optional[List[str]] = None) -> Iterator[Tuple[str, Li
         except FileNotFoundError:
             continue
         except OSError as exc:
-            if missed is not None and directory != top:
-                missed.append(f"{directory[:200]}: {exc.strerror}")
-            continue
+            listed = _listed_after_repair(directory) if missed is not None and isinstance(
+                exc, PermissionError) else None
+            if listed is None:
+                if missed is not None and directory != top:
+                    missed.append(f"{directory[:200]}: {exc.strerror}")
+                continue
         dirnames: List[str] = []
         filenames: List[str] = []
         real_dirs: Set[str] = set()
@@ -48,6 +54,27 @@ def walk(top: str, missed: Optional[List[str]] = None) -> Iterator[Tuple[str, Li
             (dirnames if is_dir else filenames).append(entry.name)
         yield directory, dirnames, filenames
         stack.extend(os.path.join(directory, name) for name in reversed(dirnames) if name in real_dirs)
+
+
+def _listed_after_repair(directory: str) -> Optional[List[os.DirEntry]]:
+    """The entries of ``directory`` once its owner's read and search bits are
+    back, if it is a real directory (no link: opened ``O_NOFOLLOW``) owned by
+    this process's user and lacking them; else None."""
+    try:
+        fd = os.open(directory, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o500 == 0o500:
+            return None
+        os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(st.st_mode) | 0o500)  # fchmod refuses O_PATH
+        with os.scandir(directory) as entries:
+            return list(entries)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def snapshot(roots: Iterable[str], missed: Optional[List[str]] = None) -> Snapshot:

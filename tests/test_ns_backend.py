@@ -634,6 +634,22 @@ def test_a_process_that_hides_its_memory_is_refused_and_reported(isolation, requ
 
 
 @requires("root")
+@pytest.mark.parametrize("isolation", ["ns", "os"])
+def test_a_directory_left_unreadable_to_its_owner_is_listed(isolation, request, work, fake_home):
+    """makepkg leaves its pkg/ mode 0111 when a build fails; as a normal user the files
+    snapshot could not list it and the run became "blocked" (unlisted-files) instead of
+    failed. The run is over: pipguard gives its owner back u+rx and lists it."""
+    work, home, runner = _setup("nobody", request, work, fake_home)
+    r = pg.cli(["run", "--isolation", isolation, "--record-build-dir", "--", "sh", "-c",
+                "mkdir -p pkg/sub && echo x > pkg/sub/f && chmod 111 pkg/sub pkg"],
+               cwd=work, env=home.env(), runner=runner)
+    assert r.returncode == 0, r.stderr
+    assert not [e for e in r.report["events"] if e["rule"] == "unlisted-files"], r.report["events"]
+    assert str(work / "pkg" / "sub" / "f") in {f["path"] for f in r.report["files_written"]}
+    assert r.report["verdict"] == "clean"
+
+
+@requires("root")
 def test_sys_is_the_namespaces_own(work, fake_home):
     """With a net namespace of its own the sandbox gets a sysfs of that namespace:
     /sys/class/net shows only lo, and none of the host's submounts below /sys
