@@ -930,13 +930,16 @@ def _exit_now(done: SystemExit) -> None:
     waited for), and tearing down the ~300 modules an install loads takes
     the interpreter 20-30 ms more per command. Returns (the caller then
     exits normally) when the status is not a plain code, when a thread of
-    ours still runs, or when a flush fails (the interpreter reports that)."""
+    ours still runs, when a profiler or tracer is on, or when a flush fails
+    (the interpreter reports that)."""
     code = done.code
     if code is None:
         code = 0
     threading = sys.modules.get("threading")  # not imported: no thread was started
     if not isinstance(code, int) or (threading is not None and threading.active_count() > 1):
         return
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        return  # a profiler or coverage writes its data at the interpreter's exit
     try:
         for stream in (sys.stdout, sys.stderr):
             if stream is not None:
