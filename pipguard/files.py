@@ -35,12 +35,13 @@ def walk(top: str, missed: Optional[List[str]] = None) -> Iterator[Tuple[str, Li
         except FileNotFoundError:
             continue
         except OSError as exc:
-            listed = _listed_after_repair(directory) if missed is not None and isinstance(
+            repaired = _listed_after_repair(directory) if missed is not None and isinstance(
                 exc, PermissionError) else None
-            if listed is None:
+            if repaired is None:
                 if missed is not None and directory != top:
                     missed.append(f"{directory[:200]}: {exc.strerror}")
                 continue
+            listed = repaired
         dirnames: List[str] = []
         filenames: List[str] = []
         real_dirs: Set[str] = set()
@@ -56,7 +57,7 @@ def walk(top: str, missed: Optional[List[str]] = None) -> Iterator[Tuple[str, Li
         stack.extend(os.path.join(directory, name) for name in reversed(dirnames) if name in real_dirs)
 
 
-def _listed_after_repair(directory: str) -> Optional[List[os.DirEntry]]:
+def _listed_after_repair(directory: str) -> Optional[List["os.DirEntry[str]"]]:
     """The entries of ``directory`` once its owner's read and search bits are
     back, if it is a real directory (no link: opened ``O_NOFOLLOW``) owned by
     this process's user and lacking them; else None."""

@@ -425,19 +425,48 @@ class Handlers:
             path = base.rstrip("/") + "/" + path
         return path
 
-    def _write_in_namespace(self, pid: int, dirfd: int, raw: str) -> Optional[Tuple[str, bool]]:
-        """Under ns, a write's target as the sandbox sees it: (path, its directory exists
-        there); None where the host's view is the sandbox's (not under ns, /proc, /dev).
-        Its private /tmp is not the host's /tmp: resolved on the host, a write aimed at a
-        host path there (a sibling project's tree) looked like one into its own /tmp and
-        failed with ENOENT unreported; and a link it made there was not followed."""
+    def _write_in_namespace(self, pid: int, dirfd: int, raw: str) -> Optional[Tuple[str, str]]:
+        """Under ns, a write's target as the sandbox sees it: (path, "found" | "missing" |
+        "denied", see :func:`_resolve_in_root`); None where the host's view is the
+        sandbox's or nothing better is known (not under ns; /proc and /dev; a removed
+        directory as the base of a relative path). Its private /tmp is not the host's
+        /tmp: resolved on the host, a write aimed at a host path there (a sibling
+        project's tree) looked like one into its own /tmp and failed with ENOENT
+        unreported, and a link it made there was not followed."""
         if not self._grants.namespace_own:
             return None
-        absolute = self._absolute(pid, dirfd, raw)
-        if absolute.startswith(("/proc/", "/dev/")) and not rules.under(absolute, self._grants.namespace_own):
-            return None
-        if " (deleted)" in absolute:  # a removed cwd or directory: its name is no path to walk
-            return None
+        base_link, rest = None, raw
+        for own in ("/proc/self", f"/proc/{pid}"):
+            # its own root, cwd and descriptors: where they lead in its world (second review:
+            # /proc/self/root/tmp/LINK/f was resolved on the host)
+            if raw == own or raw.startswith(own + "/"):
+                head, _, tail = raw[len(own) + 1:].partition("/")
+                if head == "root":
+                    base_link, rest = "", "/" + tail
+                elif head == "cwd":
+                    base_link, rest = f"/proc/{pid}/cwd", tail
+                elif head == "fd" and tail.split("/", 1)[0].isdigit():
+                    number, _, rest = tail.partition("/")
+                    base_link = f"/proc/{pid}/fd/{number}"
+                else:
+                    return None
+                break
+        else:
+            if raw.startswith(("/proc/", "/dev/")) and not rules.under(raw, self._grants.namespace_own):
+                return None
+            if not raw.startswith("/"):
+                base_link = f"/proc/{pid}/cwd" if dirfd == _AT_FDCWD else f"/proc/{pid}/fd/{dirfd}"
+        absolute = rest
+        if base_link:
+            try:
+                if os.stat(base_link).st_nlink == 0:
+                    return None  # removed: its name ends in " (deleted)", no path to walk
+                base = os.readlink(base_link)
+            except OSError:
+                return None
+            if not base.startswith("/"):
+                return None  # a pipe, a socket: no directory
+            absolute = base.rstrip("/") + "/" + rest
         return _resolve_in_root(f"/proc/{pid}/root", absolute)
 
     def _inside(self, pid: int):
@@ -455,7 +484,9 @@ class Handlers:
                        flags: int, mode: int = 0, in_root: bool = False) -> int:
         raw = self.memory.string(note.pid, path_addr)
         if not raw:
-            if path_addr and not self.memory.read(note.pid, path_addr, 1):
+            # only memory closed to pipguard counts, not a process that exited or exec'd
+            # meanwhile, nor a bad pointer (the kernel's EFAULT): second review
+            if path_addr and self.memory.closed(note.pid):
                 # its memory cannot be read: a process that made itself non-dumpable
                 # (prctl) when pipguard is not root. Its path is unknown, so the open
                 # counts as hidden: refused and reported, never let through unseen
@@ -485,13 +516,21 @@ class Handlers:
                 and not raw.startswith(self._never_fast):
             return 0
         seen = self._write_in_namespace(note.pid, dirfd, raw) if writing else None
-        path = seen[0] if seen else self._resolve(note.pid, dirfd, raw)
         detail = {"syscall": "open", "path": raw, "flags": hex(flags)}
+        if seen and seen[1] == "denied":
+            if rules.under(seen[0], self._grants.namespace_own) and not rules.under(seen[0], self._host_write):
+                # a directory of its /tmp that pipguard (not root) may not search: where the
+                # write leads is unknown, so it counts as hidden (second review)
+                self.add_event("file-write", BLOCKED, "supervisor", note.pid, seen[0], "unreadable-arguments",
+                               dict(detail, ns="a directory on the way pipguard may not search"))
+                return errno.EACCES
+            seen = None  # elsewhere the host's view is the sandbox's: decide on it
+        path = seen[0] if seen else self._resolve(note.pid, dirfd, raw)
         inside = self._inside(note.pid)
         if writing:
             if path.startswith("/proc/") and not rules.proc_other(path, inside):
                 return 0  # its own /proc (fd links to pipes: realpath cannot see through them); Landlock decides
-            if seen and not seen[1] and rules.under(path, self._grants.namespace_own) \
+            if seen and seen[1] == "missing" and rules.under(path, self._grants.namespace_own) \
                     and not rules.under(path, self._host_write):
                 # no such directory in its world: the kernel says ENOENT. Where the host has
                 # it, the write was aimed at the host's (another project's tree): a finding
@@ -548,12 +587,13 @@ class Handlers:
                                    in_root=bool(resolve & _RESOLVE_IN_ROOT))
 
 
-def _resolve_in_root(root: str, path: str) -> Optional[Tuple[str, bool]]:
+def _resolve_in_root(root: str, path: str) -> Optional[Tuple[str, str]]:
     """``os.path.realpath(path)`` as a process whose root directory is ``root``
-    (``/proc/PID/root``: its mount namespace) sees it: (the path, whether every
-    directory on the way exists there); None where that cannot be known (a
-    directory it may not search, a loop of links, a component that is no
-    directory), for the caller to fall back on the host's view.
+    (``/proc/PID/root``: its mount namespace) sees it: (the path, "found") where
+    every directory on the way exists there, (the path, "missing") where one does
+    not, (the path so far, "denied") where pipguard may not search one; None where
+    it cannot be known (a loop of links, a component that is no directory), for
+    the caller to fall back on the host's view.
 
     Walked one component at a time from descriptors (``O_PATH | O_NOFOLLOW``),
     as the kernel walks it: no length limit on the whole path, links followed
@@ -581,7 +621,9 @@ def _resolve_in_root(root: str, path: str) -> Optional[Tuple[str, bool]]:
                 st = os.stat(name, dir_fd=at, follow_symlinks=False)
             except FileNotFoundError:
                 rest = os.path.normpath("/" + "/".join([*(n for n, _ in opened), name, *pending]))
-                return rest, not pending
+                return rest, "found" if not pending else "missing"
+            except PermissionError:
+                return "/" + "/".join([*(n for n, _ in opened), name]), "denied"
             except OSError:
                 return None
             if stat.S_ISLNK(st.st_mode):
@@ -597,7 +639,9 @@ def _resolve_in_root(root: str, path: str) -> Optional[Tuple[str, bool]]:
             if pending and not stat.S_ISDIR(st.st_mode):
                 return None  # ENOTDIR: the kernel's answer, nothing to resolve
             opened.append((name, os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=at)))
-        return "/" + "/".join(n for n, _ in opened), True
+        return "/" + "/".join(n for n, _ in opened), "found"
+    except PermissionError:
+        return "/" + "/".join(n for n, _ in opened), "denied"
     except OSError:
         return None
     finally:

@@ -28,7 +28,7 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from pipguard.errors import UsageError
 from pipguard.policyfile import ProjectPolicy
@@ -128,6 +128,8 @@ class Installer:
         self.gated: Dict[str, PackageResult] = {}
         #: source tree -> (the name pip resolved, the artifact), sent by the seam
         self.sources: Dict[str, Source] = {}
+        #: every source tree a hook call ran in (its cwd): what it holds is no longer the author's
+        self.hooked_trees: Set[str] = set()
         #: package -> its artifact, as learnt from the seam
         self.origins: Dict[str, Origin] = {}
         #: package -> its blocked attempts an approval accepted, with the approval
@@ -156,10 +158,17 @@ class Installer:
         pip_args = list(self.options.pip_args)
         if self.options.binary_only:
             pip_args += ["--only-binary", ":all:"]
-        from pipguard._seam.target import move_credentials
+        from pipguard._seam.target import isolated, move_credentials
 
         # credentials in -i/--extra-index-url/-f URLs: into pip's environment, not its argv
-        pip_args, env = move_credentials(pip_args, self.env)
+        moved_args, env = move_credentials(pip_args, self.env)
+        if moved_args != pip_args and isolated(pip_args):
+            raise UsageError("--isolated with credentials in an index, find-links or proxy URL: pipguard "
+                             "keeps those off pip's command line (any process may read it) by passing them "
+                             "in PIP_* variables, which --isolated makes pip ignore (it would use another "
+                             "index)", hint="drop --isolated, or give the credentials in a netrc or "
+                             "keyring instead of the URL")
+        pip_args = moved_args
         server = SeamServer()
         env = dict(env, PIPGUARD_SEAM=server.env_value)
         proc = None
@@ -278,9 +287,15 @@ class Installer:
         directory, name = request.get("dir"), request.get("name")
         if isinstance(directory, str):
             directory = os.path.realpath(directory)
+            # What the project declares is read once, before any hook of the tree ran: pip
+            # prepares a tree again when it is named twice (`./a "a @ file:..."`), and by then
+            # a build could have written its pyproject.toml (second review)
+            earlier = self.sources.get(directory)
+            declared = (earlier.declared_urls if earlier is not None else
+                        frozenset() if directory in self.hooked_trees else declared_url_requirements(directory))
             self.sources[directory] = Source(
                 canonicalize_name(name) if isinstance(name, str) and name else None,
-                Origin.from_json(request.get("origin")), declared_url_requirements(directory))
+                Origin.from_json(request.get("origin")), declared)
         return {}
 
     def _on_hook(self, request: dict, fds: List[int]) -> dict:
@@ -293,6 +308,7 @@ class Installer:
         except hookcall.HookCallRefused as exc:
             self.error = self.error or f"pipguard refused a hook call: {exc}"
             return {"exit": 1, "message": f"pipguard: {exc}"}
+        self.hooked_trees.add(call.cwd)
         # the name pip resolved wins over what the tree says about itself
         pip_name, origin, declared_urls = self.sources.get(call.cwd, Source())
         if pip_name and pip_name != call.package:

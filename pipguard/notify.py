@@ -179,6 +179,18 @@ class Memory:
         for pid in list(self._fds):
             self.forget(pid)
 
+    def closed(self, pid: int) -> bool:
+        """Is ``pid``'s memory closed to this process (``EACCES``/``EPERM``: it made itself
+        non-dumpable and we lack CAP_SYS_PTRACE over it), rather than gone or unmapped?"""
+        self.forget(pid)
+        try:
+            self._fd(pid)
+        except PermissionError:
+            return True
+        except OSError:
+            return False
+        return False
+
     def read(self, pid: int, addr: int, size: int) -> bytes:
         if not addr:
             return b""

