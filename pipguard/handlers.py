@@ -425,6 +425,12 @@ class Handlers:
             path = base.rstrip("/") + "/" + path
         return path
 
+    def _still_waiting(self, note: notify.Notification) -> bool:
+        """Does the notifying thread still wait for this answer? Not once it (or its
+        process) has exited or exec'd: what pipguard could not see of it then is no
+        finding (its /proc files were already gone or root's)."""
+        return self._listener is None or notify.id_valid(self._listener, note.id)
+
     def _write_in_namespace(self, pid: int, dirfd: int, raw: str) -> Optional[Tuple[str, str]]:
         """Under ns, a write's target as the sandbox sees it: (path, "found" | "missing" |
         "denied", see :func:`_resolve_in_root`); None where the host's view is the
@@ -435,8 +441,16 @@ class Handlers:
         unreported, and a link it made there was not followed."""
         if not self._grants.namespace_own:
             return None
+        raw = _collapsed(raw)
         base_link, rest = None, raw
-        for own in ("/proc/self", f"/proc/{pid}"):
+        names = ["/proc/self", "/proc/thread-self", f"/proc/{pid}"]
+        if self._lifetime.own_pid_namespace and raw.startswith("/proc/"):
+            number = raw.split("/", 3)[2]
+            if number.isdigit():
+                if number != _ns_pid(pid):  # another of its processes: by its number in its
+                    return raw, "denied"   # namespace, which pipguard's /proc does not know
+                names.append(f"/proc/{number}")
+        for own in names:
             # its own root, cwd and descriptors: where they lead in its world (second review:
             # /proc/self/root/tmp/LINK/f was resolved on the host)
             if raw == own or raw.startswith(own + "/"):
@@ -486,7 +500,9 @@ class Handlers:
         if not raw:
             # only memory closed to pipguard counts, not a process that exited or exec'd
             # meanwhile, nor a bad pointer (the kernel's EFAULT): second review
-            if path_addr and self.memory.closed(note.pid):
+            if path_addr and self.memory.closed(note.pid) and self._still_waiting(note):
+                # (and it still waits: an exiting process's /proc files are root's, which
+                # looked closed to a normal user for the last notifications of its threads)
                 # its memory cannot be read: a process that made itself non-dumpable
                 # (prctl) when pipguard is not root. Its path is unknown, so the open
                 # counts as hidden: refused and reported, never let through unseen
@@ -518,14 +534,25 @@ class Handlers:
         seen = self._write_in_namespace(note.pid, dirfd, raw) if writing else None
         detail = {"syscall": "open", "path": raw, "flags": hex(flags)}
         if seen and seen[1] == "denied":
-            if rules.under(seen[0], self._grants.namespace_own) and not rules.under(seen[0], self._host_write):
+            if (seen[0].startswith("/proc/") or rules.under(seen[0], self._grants.namespace_own)) \
+                    and not rules.under(seen[0], self._host_write) and self._still_waiting(note):
                 # a directory of its /tmp that pipguard (not root) may not search: where the
                 # write leads is unknown, so it counts as hidden (second review)
                 self.add_event("file-write", BLOCKED, "supervisor", note.pid, seen[0], "unreadable-arguments",
-                               dict(detail, ns="a directory on the way pipguard may not search"))
+                               dict(detail, ns="not resolvable in its world (a directory pipguard may not search, "
+                                                   "another process's /proc entry)"))
                 return errno.EACCES
             seen = None  # elsewhere the host's view is the sandbox's: decide on it
         path = seen[0] if seen else self._resolve(note.pid, dirfd, raw)
+        if writing and seen is None and self._grants.namespace_own and rules.under(
+                path, self._grants.namespace_own) and not rules.under(path, self._host_write) \
+                and self._still_waiting(note):
+            # Under ns, not resolved in its world (through its /proc by another name, from a
+            # removed directory, a loop): on the host the path lands in /tmp, which in its
+            # world is its own — or whatever a link there points to. Unknown: hidden (third review)
+            self.add_event("file-write", BLOCKED, "supervisor", note.pid, path, "unreadable-arguments",
+                           dict(detail, ns="not resolvable in the sandbox's world"))
+            return errno.EACCES
         inside = self._inside(note.pid)
         if writing:
             if path.startswith("/proc/") and not rules.proc_other(path, inside):
@@ -585,6 +612,26 @@ class Handlers:
         dirfd = dirfd - (1 << 32) if dirfd >= 1 << 31 else dirfd
         return self._file_decision(note, dirfd, note.args[1], flags, mode,
                                    in_root=bool(resolve & _RESOLVE_IN_ROOT))
+
+
+def _ns_pid(pid: int) -> str:
+    """``pid``'s number in its own pid namespace (the last of ``NSpid``), or "" when unknown."""
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            for line in handle:
+                if line.startswith("NSpid:"):
+                    return line.split()[-1]
+    except OSError:
+        pass
+    return ""
+
+
+def _collapsed(path: str) -> str:
+    """``path`` with its empty and ``.`` components dropped (``/proc//self/./root`` is
+    ``/proc/self/root``), ``..`` kept: only links may give it a meaning."""
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    joined = "/".join(parts)
+    return ("/" + joined if path.startswith("/") else joined) or ("/" if path.startswith("/") else ".")
 
 
 def _resolve_in_root(root: str, path: str) -> Optional[Tuple[str, str]]:

@@ -290,9 +290,13 @@ class Installer:
             # What the project declares is read once, before any hook of the tree ran: pip
             # prepares a tree again when it is named twice (`./a "a @ file:..."`), and by then
             # a build could have written its pyproject.toml (second review)
+            # — nor by then a build of a tree that holds it (`./a ./a/sub`: a's hooks may write
+            # all of a, sub's pyproject.toml included; third review)
             earlier = self.sources.get(directory)
+            written = any(directory == tree or directory.startswith(tree.rstrip("/") + "/")
+                          for tree in self.hooked_trees)
             declared = (earlier.declared_urls if earlier is not None else
-                        frozenset() if directory in self.hooked_trees else declared_url_requirements(directory))
+                        frozenset() if written else declared_url_requirements(directory))
             self.sources[directory] = Source(
                 canonicalize_name(name) if isinstance(name, str) and name else None,
                 Origin.from_json(request.get("origin")), declared)

