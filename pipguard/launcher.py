@@ -19,6 +19,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import struct
 import threading
 from dataclasses import dataclass, field
@@ -197,6 +198,7 @@ def start(plan: Plan, meanwhile: Optional[Callable[[], None]] = None,
 
     from pipguard.oslayer import seccomp
 
+    _reopenable_stdio()
     spare = _take_spare()
     if plan.os_spec is not None and spare is None:  # built here once; the first process only loads it
         seccomp.prebuild(plan.os_spec, notify=plan.os_spec.notify)
@@ -341,6 +343,24 @@ def _backend_spec(plan: Plan) -> Optional[dict]:
 
         spec["idmap_userns"] = ns.premade_idmaps(plan.namespace)
     return spec
+
+
+def _reopenable_stdio() -> None:
+    """Let the sandbox reopen its stdin, stdout and stderr where they are pipes of
+    ours: ``/dev/stdout`` is ``/proc/self/fd/1``, reopened with the pipe's own
+    permissions, and a pipe made by pipguard or pip is its owner's only, mode 0600
+    — so a build running as another uid (the sandbox user, ns's ``nobody``) got
+    ``EACCES`` from ``tee /dev/stderr`` or ``open('/dev/stdout', 'w')``, where
+    plain pip's build writes. A pipe has no path: only processes that may ptrace
+    one holding it can reopen it, whatever its mode. Terminals and files keep
+    theirs (a terminal's mode lets others write to it; a file is the user's)."""
+    for fd in (0, 1, 2):
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISFIFO(st.st_mode) and st.st_uid == os.geteuid() and st.st_mode & 0o666 != 0o666:
+                os.fchmod(fd, 0o666)
+        except OSError:
+            pass
 
 
 def _send_config(sock: socket.socket, config: dict) -> None:

@@ -701,6 +701,24 @@ def test_a_directory_left_unreadable_to_its_owner_is_listed(isolation, request, 
 
 
 @requires("root")
+@pytest.mark.parametrize("isolation", ["ns", "os"])
+def test_a_build_may_reopen_its_stdout_and_stderr(isolation, work, fake_home):
+    """Found by review: `tee /dev/stderr`, `echo > /dev/stdout` (dash) or Python's
+    open('/dev/stdout') reopen the process's pipe through /proc/self/fd, with the pipe's own
+    permissions: 0600 and pipguard's (or pip's) uid, not the sandbox user's — EACCES, where
+    plain pip's build writes. pipguard's pipes are now reopenable (nobody else can reach them).
+    As root only: as a normal user the sandbox runs as that user (the pipes are its own), and
+    a pipe of another user stays closed to it, with or without pipguard."""
+    home, runner = fake_home, subprocess.run
+    r = pg.cli(["run", "--isolation", isolation, "--", "sh", "-c",
+                "echo to-stderr > /dev/stderr && echo to-stdout > /dev/stdout"],
+               cwd=work, env=home.env(), runner=runner)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "to-stdout" in r.stdout and "to-stderr" in r.stderr, (r.stdout, r.stderr)
+    assert r.report["verdict"] == "clean", r.report["events"]
+
+
+@requires("root")
 def test_sys_is_the_namespaces_own(work, fake_home):
     """With a net namespace of its own the sandbox gets a sysfs of that namespace:
     /sys/class/net shows only lo, and none of the host's submounts below /sys
