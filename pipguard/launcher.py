@@ -353,11 +353,14 @@ def _reopenable_stdio() -> None:
     ``EACCES`` from ``tee /dev/stderr`` or ``open('/dev/stdout', 'w')``, where
     plain pip's build writes. A pipe has no path: only processes that may ptrace
     one holding it can reopen it, whatever its mode. Terminals and files keep
-    theirs (a terminal's mode lets others write to it; a file is the user's)."""
+    theirs (a terminal's mode lets others write to it; a file, a named FIFO
+    included, is the user's)."""
     for fd in (0, 1, 2):
         try:
             st = os.fstat(fd)
-            if stat.S_ISFIFO(st.st_mode) and st.st_uid == os.geteuid() and st.st_mode & 0o666 != 0o666:
+            if not stat.S_ISFIFO(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o666 == 0o666:
+                continue
+            if os.readlink(f"/proc/self/fd/{fd}").startswith("pipe:"):  # not a named FIFO on disk
                 os.fchmod(fd, 0o666)
         except OSError:
             pass

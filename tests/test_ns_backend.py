@@ -11,6 +11,7 @@ import json
 import os
 import pathlib
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -716,6 +717,16 @@ def test_a_build_may_reopen_its_stdout_and_stderr(isolation, work, fake_home):
     assert r.returncode == 0, r.stderr[-2000:]
     assert "to-stdout" in r.stdout and "to-stderr" in r.stderr, (r.stdout, r.stderr)
     assert r.report["verdict"] == "clean", r.report["events"]
+    # a named FIFO on disk given as stdin is the user's file: its mode is left alone
+    fifo = work / "in.fifo"
+    os.mkfifo(fifo, 0o600)
+    writer = subprocess.Popen(["sh", "-c", f"echo through-the-fifo > {fifo}"])
+    with open(fifo) as stdin:
+        proc = subprocess.run([sys.executable, "-m", "pipguard", "run", "--isolation", isolation, "--", "cat"],
+                              cwd=work, env=home.env(), stdin=stdin, capture_output=True, text=True, timeout=120)
+    writer.wait(timeout=30)
+    assert "through-the-fifo" in proc.stdout, proc.stderr[-2000:]
+    assert stat.S_IMODE(os.stat(fifo).st_mode) == 0o600
 
 
 @requires("root")
