@@ -34,6 +34,7 @@ import time
 from typing import Callable, Dict, List, Optional, Tuple
 
 from pipguard import notify, rules
+from pipguard.oslayer.seccomp import CLONE_NAMESPACES
 from pipguard.evidence import Collector
 from pipguard.lifetime import Lifetime
 from pipguard.plan import HOOK_DIR, SYSTEM_READ, Plan
@@ -196,7 +197,14 @@ class Handlers:
             return errno.EAGAIN
         return 0
 
-    on_fork = on_vfork = on_clone = _process_limit
+    on_fork = on_vfork = _process_limit
+
+    def on_clone(self, note: notify.Notification) -> int:
+        if any(note.args[0] & flag for flag in CLONE_NAMESPACES):
+            # a namespace of its own, as unshare would make (denied always): with a user
+            # namespace a build gets chroot, and its paths mean something else (4th review)
+            return self.denied(note, "clone")
+        return self._process_limit(note)
 
     # signals ---------------------------------------------------------------
     # Landlock's signal scope refuses signals that leave the sandbox, silently.
@@ -400,10 +408,18 @@ class Handlers:
         return 0
 
     # files -----------------------------------------------------------------
-    def _resolve(self, pid: int, dirfd: int, path: str) -> str:
-        return os.path.realpath(self._absolute(pid, dirfd, path))
+    def _resolve(self, pid: int, dirfd: int, path: str) -> Optional[str]:
+        """The path as pipguard sees it, links resolved; None when its base directory's
+        name cannot be read (longer than PATH_MAX: it used to become "/")."""
+        absolute = self._absolute(pid, dirfd, path)
+        if absolute is None:
+            return None
+        try:
+            return os.path.realpath(absolute)
+        except OSError:
+            return None
 
-    def _absolute(self, pid: int, dirfd: int, path: str) -> str:
+    def _absolute(self, pid: int, dirfd: int, path: str) -> Optional[str]:
         if path.startswith("/proc/self/") or path == "/proc/self":
             path = f"/proc/{pid}" + path[len("/proc/self"):]
         elif path.startswith("/proc/thread-self"):
@@ -421,7 +437,7 @@ class Handlers:
             try:
                 base = os.readlink(base_link)
             except OSError:
-                base = "/"
+                return None  # (ENAMETOOLONG: "/" here made a write below it look like one below /)
             path = base.rstrip("/") + "/" + path
         return path
 
@@ -434,54 +450,71 @@ class Handlers:
     def _write_in_namespace(self, pid: int, dirfd: int, raw: str) -> Optional[Tuple[str, str]]:
         """Under ns, a write's target as the sandbox sees it: (path, "found" | "missing" |
         "denied", see :func:`_resolve_in_root`); None where the host's view is the
-        sandbox's or nothing better is known (not under ns; /proc and /dev; a removed
-        directory as the base of a relative path). Its private /tmp is not the host's
-        /tmp: resolved on the host, a write aimed at a host path there (a sibling
-        project's tree) looked like one into its own /tmp and failed with ENOENT
-        unreported, and a link it made there was not followed."""
+        sandbox's or nothing better is known (not under ns; /dev; a path below a removed
+        directory with ``..`` in it). Its private /tmp is not the host's /tmp: resolved
+        on the host, a write aimed at a host path there (a sibling project's tree) looked
+        like one into its own /tmp and failed with ENOENT unreported, and a link it made
+        there was not followed. Its /proc entries are its pid namespace's: a number there
+        is mapped to pipguard's before anything is read (review rounds 2-4)."""
         if not self._grants.namespace_own:
             return None
         raw = _collapsed(raw)
-        base_link, rest = None, raw
-        names = ["/proc/self", "/proc/thread-self", f"/proc/{pid}"]
-        if self._lifetime.own_pid_namespace and raw.startswith("/proc/"):
-            number = raw.split("/", 3)[2]
-            if number.isdigit():
-                if number != _ns_pid(pid):  # another of its processes: by its number in its
-                    return raw, "denied"   # namespace, which pipguard's /proc does not know
-                names.append(f"/proc/{number}")
-        for own in names:
-            # its own root, cwd and descriptors: where they lead in its world (second review:
-            # /proc/self/root/tmp/LINK/f was resolved on the host)
-            if raw == own or raw.startswith(own + "/"):
-                head, _, tail = raw[len(own) + 1:].partition("/")
-                if head == "root":
-                    base_link, rest = "", "/" + tail
-                elif head == "cwd":
-                    base_link, rest = f"/proc/{pid}/cwd", tail
-                elif head == "fd" and tail.split("/", 1)[0].isdigit():
-                    number, _, rest = tail.partition("/")
-                    base_link = f"/proc/{pid}/fd/{number}"
+        root_pid, base_link, rest = pid, None, raw
+        if raw.startswith("/proc/"):
+            parts = raw.split("/")  # "", "proc", WHO, ...
+            who = parts[2]
+            if who in ("self", "thread-self") or who.isdigit():
+                if who in ("self", "thread-self"):
+                    host = pid
+                elif self._lifetime.own_pid_namespace:
+                    found = self._host_pid(who, pid)
+                    if found is None:
+                        return raw, "denied"  # a number its namespace has, pipguard cannot place
+                    host = found
                 else:
-                    return None
-                break
-        else:
-            if raw.startswith(("/proc/", "/dev/")) and not rules.under(raw, self._grants.namespace_own):
+                    host = int(who)
+                at = 3
+                if len(parts) > at + 1 and parts[at] == "task" and parts[at + 1].isdigit():
+                    at += 2  # a thread's entry: its process's root, cwd and descriptors
+                head = parts[at] if len(parts) > at else ""
+                if head == "root":
+                    root_pid, base_link, rest = host, "", "/" + "/".join(parts[at + 1:])
+                elif head == "cwd":
+                    base_link, rest = f"/proc/{host}/cwd", "/".join(parts[at + 1:])
+                elif head == "fd" and len(parts) > at + 1 and parts[at + 1].isdigit():
+                    base_link, rest = f"/proc/{host}/fd/{parts[at + 1]}", "/".join(parts[at + 2:])
+                else:  # another of its /proc files, by pipguard's number for it
+                    return f"/proc/{host}/" + "/".join(parts[3:]), "found"
+            else:
                 return None
-            if not raw.startswith("/"):
-                base_link = f"/proc/{pid}/cwd" if dirfd == _AT_FDCWD else f"/proc/{pid}/fd/{dirfd}"
+        elif raw.startswith("/dev/") and not rules.under(raw, self._grants.namespace_own):
+            return None
+        elif not raw.startswith("/"):
+            base_link = f"/proc/{pid}/cwd" if dirfd == _AT_FDCWD else f"/proc/{pid}/fd/{dirfd}"
         absolute = rest
         if base_link:
             try:
-                if os.stat(base_link).st_nlink == 0:
-                    return None  # removed: its name ends in " (deleted)", no path to walk
+                removed = os.stat(base_link).st_nlink == 0
                 base = os.readlink(base_link)
             except OSError:
-                return None
+                return raw, "denied"  # its name longer than PATH_MAX, say: unknown
             if not base.startswith("/"):
-                return None  # a pipe, a socket: no directory
+                return base, "found"  # a pipe, a socket: written as such
+            if removed:
+                if ".." in rest.split("/"):
+                    return None  # the host's lexical view, as realpath: the kernel goes up too
+                # nothing can be made in a removed directory: the kernel says ENOENT
+                return base[:-len(" (deleted)")] if base.endswith(" (deleted)") else base, "missing"
             absolute = base.rstrip("/") + "/" + rest
-        return _resolve_in_root(f"/proc/{pid}/root", absolute)
+        return _resolve_in_root(f"/proc/{root_pid}/root", absolute)
+
+    def _host_pid(self, number: str, asking: int) -> Optional[int]:
+        """pipguard's pid of the sandbox process numbered ``number`` in its own pid
+        namespace (the last field of ``NSpid``), among the asker and the run's processes."""
+        for candidate in (asking, *sorted(self._lifetime.descendants())):
+            if _ns_pid(candidate) == number:
+                return candidate
+        return None
 
     def _inside(self, pid: int):
         """Is a /proc/<n> entry one of the sandbox's own processes (as seen by ``pid``)?
@@ -518,7 +551,7 @@ class Handlers:
             # the open(O_CREAT, 04755) way to what chmod is refused: as root under ns the new
             # file would be a setuid-root program on the host while the run lasts (the native
             # responder forwards these; the mode is a register argument: no TOCTOU)
-            path = self._resolve(note.pid, dirfd, raw)
+            path = self._resolve(note.pid, dirfd, raw) or raw
             self.add_event("file-write", BLOCKED, "supervisor", note.pid, path, "privileged-mode",
                            {"syscall": "open", "path": raw, "flags": hex(flags), "mode": f"{mode & 0o7777:o}"})
             return errno.EPERM
@@ -543,7 +576,13 @@ class Handlers:
                                                    "another process's /proc entry)"))
                 return errno.EACCES
             seen = None  # elsewhere the host's view is the sandbox's: decide on it
-        path = seen[0] if seen else self._resolve(note.pid, dirfd, raw)
+        resolved = seen[0] if seen else self._resolve(note.pid, dirfd, raw)
+        if resolved is None:
+            # its base directory's name cannot be read (longer than PATH_MAX): unknown
+            self.add_event("file-write" if writing else "file-read", BLOCKED, "supervisor", note.pid, raw,
+                           "unreadable-arguments", dict(detail, why="its directory's name cannot be read"))
+            return errno.EACCES
+        path = resolved
         if writing and seen is None and self._grants.namespace_own and rules.under(
                 path, self._grants.namespace_own) and not rules.under(path, self._host_write) \
                 and self._still_waiting(note):

@@ -10,6 +10,7 @@ import errno
 import json
 import os
 import pathlib
+import shlex
 import shutil
 import stat
 import subprocess
@@ -699,6 +700,46 @@ def test_a_directory_left_unreadable_to_its_owner_is_listed(isolation, request, 
     assert not [e for e in r.report["events"] if e["rule"] == "unlisted-files"], r.report["events"]
     assert str(work / "pkg" / "sub" / "f") in {f["path"] for f in r.report["files_written"]}
     assert r.report["verdict"] == "clean"
+
+
+@requires("root")
+@pytest.mark.parametrize("isolation", ["ns", "os"])
+def test_clone_into_a_user_namespace_is_refused_and_reported(isolation, work, fake_home):
+    """Fourth review: unshare(2) was refused, clone(CLONE_NEWUSER) was not — a build got a user
+    namespace of its own, and with it chroot, under which the supervisor resolved its paths
+    from the wrong root (a write to /etc went unreported under ns)."""
+    support.need("gcc")
+    probe = work / "userns_clone"
+    subprocess.run(["gcc", "-o", str(probe), str(pathlib.Path(__file__).parent / "helpers" / "userns_clone.c")],
+                   check=True)
+    r = pg.cli(["run", "--isolation", isolation, "--", str(probe)], cwd=work, env=fake_home.env())
+    assert json.loads(r.stdout.strip().splitlines()[-1])["clone"] == errno.EPERM, (r.stdout, r.stderr)
+    found = r.blocked(kind="syscall")
+    assert [e for e in found if e["target"] == "clone"], r.report["events"]
+
+
+@requires("root")
+@pytest.mark.parametrize("who", ["root", "nobody"])
+def test_its_own_proc_entries_by_any_name_under_ns(who, request, work, fake_home):
+    """Fourth review: a thread's entries (/proc/self/task/TID/root) were resolved on the host
+    (a write to /etc through a link in its /tmp went unreported); /proc/NSPID/fd/1 (a pipe) and
+    the parent's stdout by its namespace number were refused or crashed the decision; a
+    relative write in a removed directory was reported. Writes to its own pipes, by any name,
+    are clean; the write through the link is reported."""
+    work, home, runner = _setup(who, request, work, fake_home)
+    script = ("ln -s /etc /tmp/l; "
+              "for t in /proc/self/task/*; do echo x > $t/root/tmp/l/pipguard-probe-task 2>/dev/null; done; "
+              "echo own-pid > /proc/$$/fd/1; "
+              "sh -c 'echo parent-pid > /proc/$PPID/fd/1'; "
+              "mkdir /tmp/x && cd /tmp/x && rmdir /tmp/x && { echo x > g 2>/dev/null; true; }")
+    # through a pipe of its own making: a pipe of the test's (root's) is closed to nobody anyway
+    r = pg.cli(["run", "--isolation", "ns", "--", "sh", "-c", f"sh -c {shlex.quote(script)} | cat"],
+               cwd=work, env=home.env(), runner=runner)
+    assert "own-pid" in r.stdout and "parent-pid" in r.stdout, (r.stdout, r.stderr)
+    blocked = r.blocked(kind="file-write")
+    assert [e for e in blocked if e["target"].endswith("pipguard-probe-task")], r.report["events"]
+    assert not [e for e in blocked if not e["target"].endswith("pipguard-probe-task")], blocked
+    assert not [e for e in r.report["events"] if e["rule"] == "supervisor-error"], r.report["events"]
 
 
 @requires("root")

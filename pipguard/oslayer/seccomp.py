@@ -114,6 +114,10 @@ MODE_ARG: Dict[str, int] = {"chmod": 1, "fchmod": 1, "fchmodat": 2, "fchmodat2":
 #: setuid and setgid, one rule each (pipguard.rules.PRIVILEGED_MODES)
 PRIVILEGED_MODE_BITS = tuple(1 << i for i in range(12) if rules.PRIVILEGED_MODES >> i & 1)
 PROCESS_CREATION: Tuple[str, ...] = ("fork", "vfork", "clone")
+#: clone's flags that make new namespaces (NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID,
+#: NEWNET): refused as unshare is (DENY_ALWAYS)
+CLONE_NAMESPACES: Tuple[int, ...] = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000,
+                                     0x20000000, 0x40000000)
 #: notified for observation (answered CONTINUE)
 OBSERVE: Tuple[str, ...] = (
     "execve", "execveat", "connect", "bind", "sendto", "sendmsg", "sendmmsg", "exit_group",
@@ -294,9 +298,16 @@ def build_filter(spec: "OsLayerSpec", *, notify: bool):
         _add(f, deny("vfork"), "vfork")
         _add(f, deny("clone"), "clone", no_thread)
     elif notify:
+        # every clone that is no thread, namespace flags included: the supervisor
+        # refuses those (handlers: as unshare is), and counts the rest
         _add(f, _sc.NOTIFY, "fork")
         _add(f, _sc.NOTIFY, "vfork")
         _add(f, _sc.NOTIFY, "clone", no_thread)
+    else:
+        # no supervisor: clone with a namespace flag fails as unshare does (a user namespace
+        # of its own gave a build chroot, and with it paths the supervisor resolved wrongly)
+        for flag in CLONE_NAMESPACES:
+            _add(f, _sc.ERRNO(errno.EPERM), "clone", A(0, _sc.MASKED_EQ, flag, flag))
 
     if notify:
         for name in ("execve", "execveat", "connect", "bind", "sendmsg", "sendmmsg", "exit_group", "creat", "openat2"):
