@@ -34,9 +34,9 @@ import time
 from typing import Callable, Dict, List, Optional, Tuple
 
 from pipguard import notify, rules
-from pipguard.oslayer.seccomp import CLONE_NAMESPACES
 from pipguard.evidence import Collector
 from pipguard.lifetime import Lifetime
+from pipguard.oslayer.seccomp import CLONE_NAMESPACES
 from pipguard.plan import HOOK_DIR, SYSTEM_READ, Plan
 from pipguard.report import ALLOWED, BLOCKED, ProcessRecord
 
@@ -459,6 +459,10 @@ class Handlers:
         if not self._grants.namespace_own:
             return None
         raw = _collapsed(raw)
+        if raw.startswith("/dev/fd/"):  # its descriptors by their other names
+            raw = "/proc/self/fd/" + raw[len("/dev/fd/"):]
+        elif raw in _DEV_STDIO:
+            raw = "/proc/self/fd/" + _DEV_STDIO[raw]
         root_pid, base_link, rest = pid, None, raw
         if raw.startswith("/proc/"):
             parts = raw.split("/")  # "", "proc", WHO, ...

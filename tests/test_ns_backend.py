@@ -730,12 +730,14 @@ def test_its_own_proc_entries_by_any_name_under_ns(who, request, work, fake_home
     script = ("ln -s /etc /tmp/l; "
               "for t in /proc/self/task/*; do echo x > $t/root/tmp/l/pipguard-probe-task 2>/dev/null; done; "
               "echo own-pid > /proc/$$/fd/1; "
+              "exec 3>/tmp/own-file; echo via-dev-fd > /dev/fd/3; cat /tmp/own-file; "
               "sh -c 'echo parent-pid > /proc/$PPID/fd/1'; "
               "mkdir /tmp/x && cd /tmp/x && rmdir /tmp/x && { echo x > g 2>/dev/null; true; }")
     # through a pipe of its own making: a pipe of the test's (root's) is closed to nobody anyway
     r = pg.cli(["run", "--isolation", "ns", "--", "sh", "-c", f"sh -c {shlex.quote(script)} | cat"],
                cwd=work, env=home.env(), runner=runner)
     assert "own-pid" in r.stdout and "parent-pid" in r.stdout, (r.stdout, r.stderr)
+    assert "via-dev-fd" in r.stdout, (r.stdout, r.stderr)  # /dev/fd/3: a file of its own /tmp
     blocked = r.blocked(kind="file-write")
     assert [e for e in blocked if e["target"].endswith("pipguard-probe-task")], r.report["events"]
     assert not [e for e in blocked if not e["target"].endswith("pipguard-probe-task")], blocked
