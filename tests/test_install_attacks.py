@@ -115,14 +115,14 @@ def _url_project(root, name, dependency_url, setup_py="from setuptools import se
     return src
 
 
-def test_a_url_the_project_declares_is_installed_as_pip_would(tmp_path, fake_home, links, any_pip_target):
+def test_a_url_the_project_declares_is_installed_as_pip_would(tmp_path, fake_home, route, any_pip_target):
     """`-e .` of a project whose pyproject.toml declares `dep @ file:...` (or git+...): pip
     installs it; the direct-reference check used to refuse it. A URL the author wrote as data,
     read before any hook ran, carries nothing a build read — pip fetches it as without pipguard
     (and a local dependency's own hooks are sandboxed like any other)."""
     dep = write_project(tmp_path / "d", "urldep")
     proj = _url_project(tmp_path, "urlok", dep.as_uri())
-    proc, report = pg_install(["-e", "."], home=fake_home, target=any_pip_target, route=links, cwd=proj)
+    proc, report = pg_install(["-e", "."], home=fake_home, target=any_pip_target, route=route, cwd=proj)
     assert proc.returncode == 0, proc.stderr[-3000:]
     installed = pip_list(any_pip_target)
     assert installed.get("urlok") == "1.0" and installed.get("urldep") == "1.0", installed
@@ -141,7 +141,7 @@ with open('pyproject.toml', 'w') as handle:
 """
 
 
-def test_a_declared_url_swapped_by_the_build_is_refused(tmp_path, fake_home, links, target, loopback_tcp):
+def test_a_declared_url_swapped_by_the_build_is_refused(tmp_path, fake_home, route, target, loopback_tcp):
     """What the project declares is read before any hook runs: a build that rewrites the
     declared URL (here to a loopback listener, with data in the URL) is refused, and pip
     never fetches it."""
@@ -151,7 +151,7 @@ def test_a_declared_url_swapped_by_the_build_is_refused(tmp_path, fake_home, lin
                         URL_SWAP.format(declared=dep.as_uri(), leak=leak)
                         + "from setuptools import setup\nsetup()\n")
     before = listing(target)
-    proc, report = pg_install(["."], home=fake_home, target=target, route=links, cwd=proj)
+    proc, report = pg_install(["."], home=fake_home, target=target, route=route, cwd=proj)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert loopback_tcp.received == [], loopback_tcp.received
     assert listing(target) == before
