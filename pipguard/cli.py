@@ -238,7 +238,8 @@ def _install(sandbox_only: bool, kw: dict) -> None:
     _resume_gc()
     # stdout carries the report in the machine formats: pip's own output goes to stderr then
     result = Installer(options, progress=progress,
-                       pip_stdout=None if kw["fmt"] == "table" else sys.stderr.fileno()).run()
+                       pip_stdout=None if kw["fmt"] == "table" else sys.stderr.fileno(),
+                       prepare_result=_load_renderer).run()
     from pipguard.render import install as render_install
 
     if report_path:
@@ -259,6 +260,16 @@ def _install(sandbox_only: bool, kw: dict) -> None:
     else:
         _echo(render_install.sarif(result))
     raise SystemExit(result.exit_code)
+
+
+def _load_renderer() -> None:
+    """What showing an install's result imports (tabulate among it: 10-20 ms),
+    loaded while pip installs the gated wheels rather than after pip's exit."""
+    from pipguard.render import install as render_install
+    from pipguard.render import load_tabulate
+
+    load_tabulate()
+    del render_install
 
 
 def _approve(report_path: str, policy: Optional[str], write: bool) -> None:

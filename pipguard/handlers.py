@@ -531,6 +531,13 @@ class Handlers:
             return lambda other: True
         return lambda other: other == pid or other in self.evidence.processes
 
+    def _hidden(self, note: notify.Notification, writing: bool, target: str, detail: dict) -> int:
+        """An open whose target pipguard cannot know (unreadable memory, a name it
+        may not resolve): refused and reported as hidden, never let through unseen."""
+        self.add_event("file-write" if writing else "file-read", BLOCKED, "supervisor", note.pid, target,
+                       "unreadable-arguments", detail)
+        return errno.EACCES
+
     def _file_decision(self, note: notify.Notification, dirfd: int, path_addr: int,
                        flags: int, mode: int = 0, in_root: bool = False) -> int:
         raw = self.memory.string(note.pid, path_addr)
@@ -543,10 +550,8 @@ class Handlers:
                 # its memory cannot be read: a process that made itself non-dumpable
                 # (prctl) when pipguard is not root. Its path is unknown, so the open
                 # counts as hidden: refused and reported, never let through unseen
-                self.add_event("file-write" if flags & WRITE_FLAGS else "file-read", BLOCKED, "supervisor",
-                               note.pid, f"(unreadable: pid {note.pid})", "unreadable-arguments",
-                               {"syscall": "open", "flags": hex(flags)})
-                return errno.EACCES
+                return self._hidden(note, bool(flags & WRITE_FLAGS), f"(unreadable: pid {note.pid})",
+                                    {"syscall": "open", "flags": hex(flags)})
             return 0
         if in_root:  # openat2 RESOLVE_IN_ROOT: "/" means dirfd
             raw = raw.lstrip("/") or "."
@@ -575,17 +580,14 @@ class Handlers:
                     and not rules.under(seen[0], self._host_write) and self._still_waiting(note):
                 # a directory of its /tmp that pipguard (not root) may not search: where the
                 # write leads is unknown, so it counts as hidden (second review)
-                self.add_event("file-write", BLOCKED, "supervisor", note.pid, seen[0], "unreadable-arguments",
-                               dict(detail, ns="not resolvable in its world (a directory pipguard may not search, "
-                                                   "another process's /proc entry)"))
-                return errno.EACCES
+                return self._hidden(note, True, seen[0], dict(
+                    detail, ns="not resolvable in its world (a directory pipguard may not search, "
+                               "another process's /proc entry)"))
             seen = None  # elsewhere the host's view is the sandbox's: decide on it
         resolved = seen[0] if seen else self._resolve(note.pid, dirfd, raw)
         if resolved is None:
             # its base directory's name cannot be read (longer than PATH_MAX): unknown
-            self.add_event("file-write" if writing else "file-read", BLOCKED, "supervisor", note.pid, raw,
-                           "unreadable-arguments", dict(detail, why="its directory's name cannot be read"))
-            return errno.EACCES
+            return self._hidden(note, writing, raw, dict(detail, why="its directory's name cannot be read"))
         path = resolved
         if writing and seen is None and self._grants.namespace_own and rules.under(
                 path, self._grants.namespace_own) and not rules.under(path, self._host_write) \
@@ -593,9 +595,7 @@ class Handlers:
             # Under ns, not resolved in its world (through its /proc by another name, from a
             # removed directory, a loop): on the host the path lands in /tmp, which in its
             # world is its own — or whatever a link there points to. Unknown: hidden (third review)
-            self.add_event("file-write", BLOCKED, "supervisor", note.pid, path, "unreadable-arguments",
-                           dict(detail, ns="not resolvable in the sandbox's world"))
-            return errno.EACCES
+            return self._hidden(note, True, path, dict(detail, ns="not resolvable in the sandbox's world"))
         inside = self._inside(note.pid)
         if writing:
             if path.startswith("/proc/") and not rules.proc_other(path, inside):

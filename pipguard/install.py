@@ -112,9 +112,14 @@ class Installer:
     """Runs pip with the seam; ``options.sandbox_only`` installs nothing."""
 
     def __init__(self, options: InstallOptions, *, progress: Optional[Progress] = None,
-                 env: Optional[Dict[str, str]] = None, pip_stdout: Optional[int] = None) -> None:
+                 env: Optional[Dict[str, str]] = None, pip_stdout: Optional[int] = None,
+                 prepare_result: Optional[Callable[[], None]] = None) -> None:
         """``pip_stdout``: a file descriptor for pip's standard output (None:
-        this process's); the CLI sends it to stderr when stdout carries a report."""
+        this process's); the CLI sends it to stderr when stdout carries a report.
+        ``prepare_result``: called once in a quiet moment after the wheels were
+        gated (while pip installs them), for what the caller needs to show the
+        result: the CLI imports its renderer there (10-20 ms after pip's exit
+        otherwise)."""
         self.options = options
         python = options.python
         self.python = os.path.abspath(python) if python else sys.executable
@@ -137,6 +142,8 @@ class Installer:
         self.refusals: List[Refusal] = []
         self.error: Optional[str] = None     # why pipguard could not go on: exit 2
         self.gate_answered = False
+        self.prepare_result = prepare_result
+        self._closing_done = False  # _ahead's last step, once
         mode = "sandbox" if options.sandbox_only else "install"
         self.command = ("pipguard", mode, *(("--sandbox",) if mode == "install" and not options.binary_only
                                             else ()), *_redacted(options.pip_args))
@@ -181,13 +188,15 @@ class Installer:
             from pipguard.plan import precompile_hook
 
             precompile_hook(self.python)  # the hook calls' Pythons are the target's version
-            _warm_up()
-            from pipguard.plan import idle_work
+            _warm_up(self.options.isolation)
+            from pipguard.plan import idle_work, on_idle
 
-            with idle_work():  # each call's clean-up, and the next one's directory, while pip works (_idle)
+            # while pip works, and in each hook call's quiet moments: the next call's spare
+            # (_ahead), its run directory, the last call's clean-up
+            with idle_work(ahead=self._ahead):
                 server.serve(proc.pid, {"hook": self._on_hook, "gate": self._on_gate,
                                         "refuse": self._on_refuse, "source": self._on_source},
-                             idle=self._idle)
+                             idle=on_idle)
             returncode = proc.wait()
         except KeyboardInterrupt:
             if proc is not None:
@@ -250,25 +259,36 @@ class Installer:
                      for e in _counting(p))
 
     # ------------------------------------------------------------ handlers
-    def _idle(self) -> bool:
-        """One step of work while pip works between two requests (the seam
-        asks again while no request waits; False: nothing left). First the
-        next hook call's keeper and first process (pipguard.launcher.fork_spare),
-        off the path of that call -- only while another call may follow (none
-        once the install is refused or its wheels were gated), and not under
-        the VM backend (a launcher of its own); then the next call's run
-        directory and the last call's clean-up (pipguard.plan.idle_work)."""
-        from pipguard import plan
+    def _ahead(self) -> bool:
+        """pipguard's own step in each quiet moment (:func:`pipguard.plan.idle_work`:
+        between two requests of pip, and in a hook call's quiet moments). While
+        another hook call may follow, that call's keeper and first process are
+        forked ahead (:func:`pipguard.launcher.fork_spare`; not under the VM backend,
+        which launches its own): forked once a call ended, they were often not
+        ready when pip's next call came ~5 ms later (the spare's handoff took 1-8 ms
+        of each call, measured). Once pip installs the gated wheels no call
+        follows: the spare ends, nothing more is made ahead, and what the caller
+        needs for the result is prepared (``prepare_result``) -- all while pip
+        installs, not after it. True when it did something."""
+        from pipguard import launcher
 
-        if not (self.refusal or self.error or self.gated or self.options.binary_only
-                or self.options.isolation == "vm"):
-            from pipguard import launcher
+        if self.gated or self.refusal or self.error:
+            if self._closing_done:
+                return False
+            self._closing_done = True
+            launcher.discard_spare()
+            from pipguard import plan
 
-            try:
-                launcher.fork_spare()  # nothing to do when the spare is there
-            except OSError:
-                pass  # no spare (fork failed: EAGAIN, ENOMEM): the call forks afresh, and reports it if that fails too
-        return plan.on_idle()
+            plan.no_more_runs()
+            if self.prepare_result is not None:
+                self.prepare_result()
+            return True
+        if self.options.binary_only or self.options.isolation == "vm":
+            return False
+        try:
+            return launcher.fork_spare()  # False: the spare is there
+        except OSError:
+            return False  # no spare (fork failed: EAGAIN, ENOMEM): the call forks afresh, and reports it if that fails too
 
     def _on_refuse(self, request: dict, fds: List[int]) -> dict:
         reason = str(request.get("reason", "refused"))[:2000]
@@ -599,7 +619,7 @@ def _top_level_modules(target: str) -> List[str]:
     return sorted(out)
 
 
-def _warm_up() -> None:
+def _warm_up(isolation: str) -> None:
     """Import what the first hook call and the gate need, and probe the host's
     planning facts, while pip starts: off the critical path of the first call.
     Synchronous (no thread): the sandboxes fork from this process."""
@@ -609,6 +629,10 @@ def _warm_up() -> None:
     from pipguard import _child, gatecache, hookcall, host, install_result, launcher, sandbox, supervisor  # noqa: F401
 
     host.planning_facts()
+    if isolation == "auto":
+        from pipguard.backends import ns
+
+        ns.probe()  # what auto's plan asks first (a throw-away child: ~6 ms of the first call)
 
 
 def _redacted(args: Sequence[str]) -> List[str]:

@@ -310,6 +310,10 @@ def _fork(config: Optional[dict]) -> Tuple[ChildProcess, socket.socket]:
 
     parent_sock, child_sock = socket.socketpair()
     keeper_sock, keeper_end = socket.socketpair()
+    # A spare's stdin, stdout and stderr are /dev/null until its run sends the run's: forked
+    # in a run's quiet moment, it would otherwise hold that run's (pip's pipes of the hook
+    # call) open, and pip would wait for their end of file until the spare is gone.
+    devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC) if config is None else -1
     config = dict(config or {"await_config": True}, control_fd=child_sock.fileno())
     # The kernel tells us who sent the status line, in our pid namespace:
     # under ns that is the command's process, whose pid nobody inside knows.
@@ -319,14 +323,26 @@ def _fork(config: Optional[dict]) -> Tuple[ChildProcess, socket.socket]:
     # docs/performance.md). Other threads of the caller may run meanwhile:
     # the keeper and the first process import nothing and take no lock
     # (pipguard/_keeper.py), and close every descriptor they did not bring.
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except BaseException:  # EAGAIN, ENOMEM: nothing was started
+        if devnull >= 0:
+            os.close(devnull)
+        for sock in (parent_sock, child_sock, keeper_sock, keeper_end):
+            sock.close()
+        raise
     if pid == 0:  # the keeper: never returns
         try:
             parent_sock.close()
             keeper_sock.close()
+            if devnull >= 0:
+                for target in (0, 1, 2):
+                    os.dup2(devnull, target)  # dup2 clears close-on-exec on the copies
             _keeper.keep(keeper_end.fileno(), child_sock.fileno(), config)
         finally:
             os._exit(127)
+    if devnull >= 0:
+        os.close(devnull)
     child_sock.close()
     keeper_end.close()
     return ChildProcess(pid, keeper_sock), parent_sock
@@ -382,18 +398,25 @@ _spare: Optional[Tuple[ChildProcess, socket.socket, int]] = None
 _spare_lock = threading.Lock()
 
 
-def fork_spare() -> None:
+def fork_spare() -> bool:
     """Fork the next run's keeper and first process now, if there is none
-    waiting: the next :func:`start` in this thread uses them. For a caller that is idle now and single-threaded (a fork
-    copies this process as it is); call :func:`discard_spare` when no run
-    follows. Returns once the keeper is forked: its ``root`` message (the
-    first process's pid) is read when the spare is taken, so that a request
-    arriving meanwhile waits only for this process's own fork."""
+    waiting (True: forked now): the next :func:`start` in this thread uses
+    them. For a caller that is idle now -- between two runs, or in a run's
+    quiet moment (the supervisor's idle step): the keeper and the first
+    process import nothing and take no lock, so the native responder's
+    thread running meanwhile is no hazard, and they close every descriptor
+    of the running sandbox they inherit (:mod:`pipguard._keeper`). Call
+    :func:`discard_spare` when no run follows. Returns once the keeper is
+    forked: its ``root`` message (the first process's pid) is read when the
+    spare is taken, so that a request arriving meanwhile waits only for
+    this process's own fork."""
     global _spare
     with _spare_lock:
-        if _spare is None:
-            process, sock = _fork(None)
-            _spare = (process, sock, threading.get_ident())
+        if _spare is not None:
+            return False
+        process, sock = _fork(None)
+        _spare = (process, sock, threading.get_ident())
+        return True
 
 
 def discard_spare() -> None:

@@ -595,6 +595,12 @@ class _IdleWork:
     decoys: bool = False
     #: set for good once a run could reach the run directories, or an idle step failed
     stopped: bool = False
+    #: the caller's own step for its next run, first in every idle moment (:func:`idle_work`)
+    ahead: Optional[Callable[[], bool]] = None
+    #: no run follows (:func:`no_more_runs`): nothing more is made ahead
+    closing: bool = False
+    #: clean-up running on threads of its own (:func:`defer_kernel_wait`)
+    threads: List[Any] = field(default_factory=list)
 
 
 _IDLE: "contextvars.ContextVar[Optional[_IdleWork]]" = contextvars.ContextVar("pipguard_idle_work", default=None)
@@ -631,23 +637,50 @@ def defer(action: Callable[[], None]) -> None:
         work.deferred.append(action)
 
 
+def defer_kernel_wait(action: Callable[[], None]) -> None:
+    """Clean-up whose time goes to a wait in the kernel, not to Python (closing
+    the last descriptor of an inotify instance waits for an SRCU grace period:
+    5-20 ms measured): inside :func:`idle_work` it starts at once on a thread
+    of its own -- the thread holds the GIL only around the system call, and no
+    request of the caller waits for it, as one did for an idle step this long
+    -- and the block's end waits for it; elsewhere it runs at once. For actions
+    that take no lock and import nothing (this process forks meanwhile)."""
+    work = _IDLE.get()
+    if work is None or work.stopped:
+        action()
+        return
+    import threading
+
+    thread = threading.Thread(target=action, name="pipguard-clean-up", daemon=True)
+    thread.start()
+    work.threads.append(thread)
+
+
 def cleanup(plan: Plan) -> None:
     """Remove the run's private directory (see :func:`defer`)."""
     defer(lambda: _remove(plan.run_dir))
 
 
 @contextlib.contextmanager
-def idle_work() -> Iterator[None]:
+def idle_work(ahead: Optional[Callable[[], bool]] = None) -> Iterator[None]:
     """Within this block (in this thread), runs leave their clean-up to
     :func:`on_idle` -- which the caller calls, one step at a time, when nothing
     waits for it, as ``pipguard install`` does while pip works between two hook
-    calls -- and there the next run's directory is made ahead. Whatever happens, the block
+    calls, and the supervisor does in a run's quiet moments -- and there the
+    next run's directory is made ahead. Whatever happens, the block
     ends with nothing left behind. Why: removing a run's tree (5-15 ms),
     closing the ns decoy watch (an SRCU grace period, ~10 ms) and creating the
     next tree with its decoys (~20 ms measured in an install: file creation on
     a busy disk) would otherwise lie between a hook call's end and pip's next
-    step, or between pip's next hook call and its sandbox."""
-    work = _IdleWork()
+    step, or between pip's next hook call and its sandbox.
+
+    ``ahead`` is the caller's own step, first in every idle moment (True: it
+    did something, ask again; False: nothing to do now): ``pipguard install``
+    forks the next hook call's keeper and first process there
+    (:func:`pipguard.launcher.fork_spare`). It goes on after the run
+    directories' work stopped (:func:`_stop_idle_work_if_reachable`: it makes
+    no files), and an exception ends it for the block."""
+    work = _IdleWork(ahead=ahead)
     token = _IDLE.set(work)
     try:
         yield
@@ -657,17 +690,42 @@ def idle_work() -> Iterator[None]:
             ready = work.ready[0]
             work.deferred.append(lambda: _remove(ready))
         _run_deferred(work)
+        for thread in work.threads:
+            thread.join()
+
+
+def no_more_runs() -> None:
+    """The caller expects no further run in this block (``pipguard install``
+    once pip installs the gated wheels): nothing more is made ahead, and a
+    directory made for a run that never comes goes with the next idle step
+    rather than at the block's end, after the caller's work."""
+    work = _IDLE.get()
+    if work is None or work.closing:
+        return
+    work.closing = True
+    if work.ready is not None:
+        ready, work.ready = work.ready[0], None
+        work.deferred.append(lambda: _remove(ready))
 
 
 def on_idle() -> bool:
-    """One step of the idle work: make the next run's directory (what the
-    next run waits for, first), else one clean-up that waited. False when
-    nothing was left to do; the caller asks again while it stays idle."""
+    """One step of the idle work: the caller's own step (``ahead``), then
+    the next run's directory (what the next run waits for), else one
+    clean-up that waited. False when nothing was left to do; the caller asks
+    again while it stays idle."""
     work = _IDLE.get()
-    if work is None or work.stopped:
+    if work is None:
+        return False
+    if work.ahead is not None:
+        try:
+            if work.ahead():
+                return True
+        except Exception:  # never the run's business: the caller's next run does without
+            work.ahead = None
+    if work.stopped:
         return False
     try:
-        if work.ready is None:
+        if work.ready is None and not work.closing:
             work.ready = _new_run_dir(work.decoys)
             return True
         if work.deferred:

@@ -18,7 +18,7 @@ from typing import Callable, List, Mapping, Optional, Sequence
 import pipguard
 from pipguard import exitcodes, files, limits, protections, sandbox_user
 from pipguard.errors import PipguardError
-from pipguard.plan import Plan, cleanup, defer, make_plan, on_idle, precompile_hook
+from pipguard.plan import Plan, cleanup, defer_kernel_wait, make_plan, on_idle, precompile_hook
 
 HOOK_CONFIG = "PIPGUARD_HOOK"
 from pipguard.policy import Policy
@@ -156,7 +156,7 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
                        lease.user if lease else None)
     finally:
         if decoys is not None:
-            defer(decoys.close)  # an SRCU grace period (~10 ms): where nobody waits, if possible
+            defer_kernel_wait(decoys.close)  # an SRCU grace period (5-20 ms): where nobody waits, if possible
         if started is not None:
             started.process.release()
             for key, fd in (started.entered.evidence_fds.items() if started.entered else ()):

@@ -37,6 +37,10 @@ MAX_REQUEST = 16 * 1024 * 1024
 Handler = Callable[[dict, List[int]], dict]
 
 
+#: seconds without a request after which :meth:`SeamServer.serve` does a step of idle work
+QUIET = 0.01
+
+
 class SeamServer:
     """Listens on the private socket; :meth:`serve` answers requests until the
     pip process ends. Single-threaded: sandboxes fork from this thread."""
@@ -61,16 +65,19 @@ class SeamServer:
     def serve(self, pid: int, handlers: Dict[str, Handler],
               idle: Optional[Callable[[], bool]] = None) -> None:
         """Answer requests until process ``pid`` (pip) exits. Returns without
-        reaping it (the caller waits for its status). ``idle`` is called
-        whenever no request is waiting, before this waits for one (after an
-        answer went out: the place for work the next request can use), again
-        and again while it returns True (one step of work each) and still no
-        request waits: a request that arrives meanwhile waits for one step only."""
+        reaping it (the caller waits for its status). ``idle`` is called once
+        no request came for :data:`QUIET` seconds (after an answer went out:
+        the place for work the next request can use), again and again while it
+        returns True (one step of work each) and still no request waits: a
+        request that arrives meanwhile waits for one step only. Why the quiet
+        time first: pip's next request usually follows an answer within ~5 ms
+        (measured), and a step of clean-up (a run directory's removal, 3-10 ms)
+        done then would delay it."""
         pidfd = _pidfd(pid)
         try:
             while True:
                 watched = [self._listener] + ([pidfd] if pidfd is not None else [])
-                ready = select.select(watched, [], [], 0)[0] if idle is not None else []
+                ready = select.select(watched, [], [], QUIET)[0] if idle is not None else []
                 while not ready and idle is not None and idle():
                     ready = select.select(watched, [], [], 0)[0]
                 if not ready:

@@ -177,10 +177,14 @@ class Supervisor:
             self.add_network("dns", "dns", "", None, target, action, pid, "audit")
 
     # --------------------------------------------------------- notifications
-    def _handle_notification(self, listener: int) -> None:
+    def _handle_notification(self, listener: int) -> bool:
+        """Answer one notification; False once the listener hung up (no task is left that
+        could send one: stop watching it)."""
         note = notify.receive(listener)
         if note is not None:
             self._dispatch(listener, note)
+            return True
+        return not notify.hung_up(listener)
 
     def _read_forwarded(self, responder: NativeResponder, listener: int) -> bool:
         """Answer what the native responder forwarded. False once it has ended."""
@@ -345,7 +349,8 @@ class Supervisor:
                     self._read_fifo(fifo)
                 elif key.data == "notify" and listener is not None:
                     try:
-                        self._handle_notification(listener)
+                        if not self._handle_notification(listener):
+                            sel.unregister(listener)
                     except OSError:
                         sel.unregister(listener)
                 elif key.data == "forwarded" and listener is not None:
@@ -374,9 +379,10 @@ class Supervisor:
         for key, _mask in sel.select(0.01):
             if key.data == "notify":
                 try:
-                    self._handle_notification(listener)
+                    if not self._handle_notification(listener):
+                        sel.unregister(listener)
                 except OSError:
-                    pass
+                    sel.unregister(listener)
             elif key.data == "forwarded":
                 self._serve_forwarded(key.fd, sel, listener)
             elif key.data == "fifo":

@@ -120,3 +120,77 @@ def test_a_failing_idle_step_stops_the_idle_work_quietly(work, monkeypatch):
         second = _plan(work, "audit")
         plan_mod.cleanup(second)
         assert not os.path.exists(second.run_dir)
+
+
+def test_the_callers_own_step_comes_first_and_goes_on_after_a_stop(work):
+    """``ahead`` (pipguard install: the next hook call's spare) is the first step of every idle
+    moment while it has work, and it goes on once the run directories' work stopped (it makes
+    no files); an exception ends it for the block, never the caller's run."""
+    import tempfile
+
+    calls = []
+
+    def ahead():
+        calls.append(len(calls))
+        return len(calls) <= 2  # work twice, then nothing left
+
+    with plan_mod.idle_work(ahead=ahead):
+        assert plan_mod.on_idle() is True and calls == [0]
+        assert plan_mod._IDLE.get().ready is None  # the caller's step came first
+        assert plan_mod.on_idle() is True and calls == [0, 1]
+        assert plan_mod.on_idle() is True and calls == [0, 1, 2]  # nothing from it: the directory
+        assert plan_mod._IDLE.get().ready is not None
+        exposed = plan_mod.make_plan(["/bin/true"], Policy(isolation="audit",
+                                                           allow_read=(tempfile.gettempdir(),)), cwd=str(work))
+        assert plan_mod._IDLE.get().stopped
+        calls.clear()
+        assert plan_mod.on_idle() is True and calls == [0]  # still asked after the stop
+        plan_mod.cleanup(exposed)
+
+    def broken():
+        raise OSError("fork failed")
+
+    with plan_mod.idle_work(ahead=broken):
+        assert plan_mod.on_idle() is True  # the directory, as if there were no such step
+        assert plan_mod._IDLE.get().ahead is None
+
+
+def test_no_more_runs_makes_nothing_ahead(work):
+    with plan_mod.idle_work():
+        first = _plan(work, "audit")
+        plan_mod.cleanup(first)
+        assert plan_mod.on_idle() is True  # the next run's directory
+        ready = plan_mod._IDLE.get().ready[0]
+        plan_mod.no_more_runs()  # pip installs the gated wheels: no hook call follows
+        while plan_mod.on_idle():
+            pass
+        # gone in the idle steps, not at the block's end after the caller's work; none made again
+        assert not os.path.exists(ready) and not os.path.exists(first.run_dir)
+        assert plan_mod._IDLE.get().ready is None
+        late = _plan(work, "audit")  # a run that comes anyway gets a directory of its own
+        plan_mod.cleanup(late)
+    assert not os.path.exists(late.run_dir)
+
+
+def test_a_kernel_wait_runs_on_a_thread_the_blocks_end_joins():
+    """Closing a decoy watch waits in the kernel (an SRCU grace period): inside the block on a
+    thread of its own, so pip's next request does not wait for it; the block's end joins it
+    (pipguard's fast exit needs no thread left)."""
+    import threading
+
+    seen = []
+    release = threading.Event()
+
+    def slow_close():
+        seen.append(threading.current_thread().name)
+        release.wait(5)
+
+    plan_mod.defer_kernel_wait(lambda: seen.append(threading.current_thread().name))
+    assert seen == ["MainThread"]  # outside the block: at once
+    seen.clear()
+    with plan_mod.idle_work():
+        plan_mod.defer_kernel_wait(slow_close)
+        threads = list(plan_mod._IDLE.get().threads)
+        assert len(threads) == 1 and threads[0].is_alive()  # we went on while it waits
+        release.set()
+    assert seen == ["pipguard-clean-up"] and not threads[0].is_alive()

@@ -127,3 +127,44 @@ def test_a_spare_killed_from_outside_fails_the_run_closed(tmp_path, no_spare):
     assert not marker.exists()  # nothing ran, and the next run forks afresh
     report = run([sys.executable, "-c", "pass"], Policy(), cwd=str(tmp_path))
     assert report.exit_code == 0 and launcher._spare is None
+
+
+def test_a_spare_forked_in_a_runs_quiet_moment_holds_none_of_its_pipes(tmp_path, no_spare, backend):
+    """``pipguard install`` forks the next hook call's spare while a call runs (the
+    supervisor's idle step), when this process's stdout and stderr are that call's pipes, which
+    pip reads to their end of file: a spare holding them kept pip waiting as long as the spare
+    lived. Its stdio is /dev/null until its own run sends the run's."""
+    import select
+
+    from pipguard import plan
+
+    read_end, write_end = os.pipe()
+    saved = os.dup(1)
+    try:
+        with plan.idle_work(ahead=launcher.fork_spare):
+            sys.stdout.flush()
+            os.dup2(write_end, 1)
+            os.close(write_end)
+            report = run([sys.executable, "-c", "import time; time.sleep(0.4); print('done', flush=True)"],
+                         Policy(isolation=backend.isolation), cwd=str(tmp_path))
+            os.dup2(saved, 1)  # our copy of the write end is gone: only a holder elsewhere keeps it open
+            assert report.exit_code == 0, (report.error, report.events)
+            assert launcher._spare is not None  # forked while the run was quiet
+            _keeper, first = _spare_pids()
+            assert not _gone(first)
+            data = b""
+            while True:
+                ready = select.select([read_end], [], [], 10)[0]
+                assert ready, f"no end of file on the run's stdout while the spare waits: {data!r}"
+                chunk = os.read(read_end, 4096)
+                if not chunk:
+                    break
+                data += chunk
+            assert data == b"done\n"
+            # and the spare then runs the next run as a fresh fork would
+            nxt, _pid, fsize = _run_with_stdout(tmp_path, "next", backend.isolation)
+            assert nxt.exit_code == 0 and fsize == LIMIT
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(read_end)

@@ -227,3 +227,49 @@ def test_symlink_as_last_component_into_other_process_proc_is_refused(responder,
     assert not out["ok"] and out["errno"] == errno.EACCES, out
     assert r.targets(kind="file-read", layer="supervisor") == [f"/proc/{outside}/cmdline"], \
         r.report["events"]
+
+
+def test_a_listener_whose_tasks_all_exited_counts_as_hung_up():
+    """Once the native responder ended (the command exited) the supervisor listened itself
+    until the run's exit was reported; a listener no task uses polls readable at once, so
+    that loop spun ~650 times a hook call, on the CPU the exit chain needed. Now such a
+    listener is dropped: ``notify.hung_up`` tells it apart from a live, quiet one."""
+    import pyseccomp
+
+    from pipguard import notify
+    from pipguard.oslayer import seccomp
+
+    ready_r, ready_w = os.pipe()
+    go_r, go_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a task with a filter that notifies on a syscall nobody makes
+        try:
+            os.close(ready_r)
+            os.close(go_w)
+            import ctypes
+
+            ctypes.CDLL(None).prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+            f = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
+            f.add_rule(pyseccomp.NOTIFY, "uselib")
+            listener, _degraded = seccomp.load_program(seccomp.export_program(f), listener=True)
+            os.write(ready_w, b"%d\n" % listener)
+            os.read(go_r, 1)
+        finally:
+            os._exit(0)
+    os.close(ready_w)
+    os.close(go_r)
+    listener = None
+    try:
+        fd = int(os.read(ready_r, 32))
+        listener = notify.take_fd(pid, fd)
+        assert not notify.hung_up(listener)  # alive, and quiet: nothing pending, not hung up
+        assert notify.receive(listener) is None
+        os.write(go_w, b"x")
+        os.waitpid(pid, 0)
+        assert notify.hung_up(listener)
+        assert notify.receive(listener) is None
+    finally:
+        if listener is not None:
+            os.close(listener)
+        os.close(ready_r)
+        os.close(go_w)
