@@ -189,35 +189,53 @@ def _quiet_level(pip_args: Sequence[str]) -> int:
 
 
 def _install(sandbox_only: bool, kw: dict) -> None:
-    from pipguard import limits
-    from pipguard.install import Installer, InstallOptions
-    from pipguard.policy import HostPort
-
-    # pip starts in Installer.run: what comes before it is imported only when
-    # it is needed (the report module: ~10 ms, after pip started otherwise)
-    report_path = None
-    if kw.get("report_path"):
-        from pipguard.report import check_writable
-
-        report_path = check_writable(kw["report_path"])
     pip_args = tuple(kw["pip_args"])
     if kw.get("pip_report"):
         pip_args += ("--report", kw["pip_report"])
     if not pip_args:
         raise UsageError("nothing to install", hint="name packages, or use -r FILE, or -e DIR "
                          "(any 'pip install' argument)")
+    if kw["isolation"] == "vm" and (sandbox_only or kw.get("sandbox")):
+        from pipguard.backends import vm
+
+        vm.preflight(kw["vm_accel"])  # no KVM: exit 2 with the reason before pip starts
+    # pip first: it takes half a second to its first request, and pipguard's own imports
+    # and checks (20-30 ms) happen meanwhile. Nothing of pip's happens before pipguard
+    # answers it; if a check below fails, pip is ended before it did anything.
+    from pipguard.seam import PipProcess, pip_arguments, target_python
+
+    binary_only = not sandbox_only and not kw.get("sandbox")
+    _sigterm_like_ctrl_c()  # from here on SIGTERM ends pip too (KeyboardInterrupt)
+    # stdout carries the report in the machine formats: pip's own output goes to stderr then
+    pip = PipProcess(target_python(kw["python"]), pip_arguments(pip_args, binary_only), os.environ,
+                     None if kw["fmt"] == "table" else sys.stderr.fileno())
+    try:
+        result = _install_with(pip, sandbox_only, binary_only, pip_args, kw)
+    except BaseException:
+        pip.abandon()
+        raise
+    raise SystemExit(result.exit_code)
+
+
+def _install_with(pip, sandbox_only: bool, binary_only: bool, pip_args: tuple, kw: dict):
+    """The rest of ``_install``, with ``pip`` started: options, the install, the result shown."""
+    from pipguard import limits
+    from pipguard.install import Installer, InstallOptions
+    from pipguard.policy import HostPort
+
+    report_path = None
+    if kw.get("report_path"):
+        from pipguard.report import check_writable
+
+        report_path = check_writable(kw["report_path"])
     from pipguard import policyfile
 
     # the project's policy file feeds the options, as the flags do; nothing
     # after this reads it
     project = policyfile.load(kw.get("policy"))
-    if kw["isolation"] == "vm" and (sandbox_only or kw.get("sandbox")):
-        from pipguard.backends import vm
-
-        vm.preflight(kw["vm_accel"])  # no KVM: exit 2 with the reason before pip starts
     options = InstallOptions(
-        pip_args=pip_args, python=kw["python"], isolation=kw["isolation"], vm_accel=kw["vm_accel"],
-        sandbox_only=sandbox_only, binary_only=not sandbox_only and not kw.get("sandbox"),
+        pip_args=pip_args, python=pip.python, isolation=kw["isolation"], vm_accel=kw["vm_accel"],
+        sandbox_only=sandbox_only, binary_only=binary_only,
         probe_imports=kw["probe_imports"],
         build_hosts=tuple(HostPort.parse(h) for h in kw["allow_build_hosts"]),
         build_timeout=kw["build_timeout"],
@@ -234,12 +252,8 @@ def _install(sandbox_only: bool, kw: dict) -> None:
     quiet = _quiet_level(pip_args)
     # One plain line per hook call and package, on a terminal and in CI logs alike.
     progress = (lambda m: _echo(f"pipguard: {m}\n", err=True)) if quiet == 0 else None
-    _sigterm_like_ctrl_c()
     _resume_gc()
-    # stdout carries the report in the machine formats: pip's own output goes to stderr then
-    result = Installer(options, progress=progress,
-                       pip_stdout=None if kw["fmt"] == "table" else sys.stderr.fileno(),
-                       prepare_result=_load_renderer).run()
+    result = Installer(options, progress=progress, prepare_result=_load_renderer).run(pip)
     from pipguard.render import install as render_install
 
     if report_path:
@@ -259,7 +273,7 @@ def _install(sandbox_only: bool, kw: dict) -> None:
         _echo(markdown.render_result(result))
     else:
         _echo(render_install.sarif(result))
-    raise SystemExit(result.exit_code)
+    return result
 
 
 def _load_renderer() -> None:

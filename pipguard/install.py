@@ -28,9 +28,9 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import (TYPE_CHECKING, Any, Callable, Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Sequence,
+                    Set, Tuple)
 
-from pipguard.errors import UsageError
 from pipguard.policyfile import ProjectPolicy
 
 # Start-up order: the CLI imports this module and starts pip at once
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from pipguard.install_result import InstallResult, PackageResult, Phase, Refusal
     from pipguard.policy import HostPort
     from pipguard.report import Event, Report
+    from pipguard.seam import PipProcess
 
 Progress = Callable[[str], None]
 
@@ -120,11 +121,10 @@ class Installer:
         gated (while pip installs them), for what the caller needs to show the
         result: the CLI imports its renderer there (10-20 ms after pip's exit
         otherwise)."""
+        from pipguard.seam import target_python
+
         self.options = options
-        python = options.python
-        self.python = os.path.abspath(python) if python else sys.executable
-        if not (os.path.isfile(self.python) and os.access(self.python, os.X_OK)):
-            raise UsageError(f"--python {python}: not an executable interpreter")
+        self.python = target_python(options.python)
         self.progress = progress or (lambda message: None)
         self.env = dict(os.environ if env is None else env)
         self.pip_stdout = pip_stdout
@@ -159,29 +159,13 @@ class Installer:
         return refusal.text()
 
     # ------------------------------------------------------------------ run
-    def run(self) -> InstallResult:
-        from pipguard.seam import TARGET_SCRIPT, SeamServer
-
-        pip_args = list(self.options.pip_args)
-        if self.options.binary_only:
-            pip_args += ["--only-binary", ":all:"]
-        from pipguard._seam.target import isolated, move_credentials
-
-        # credentials in -i/--extra-index-url/-f URLs: into pip's environment, not its argv
-        moved_args, env = move_credentials(pip_args, self.env)
-        if moved_args != pip_args and isolated(pip_args):
-            raise UsageError("--isolated with credentials in an index, find-links or proxy URL: pipguard "
-                             "keeps those off pip's command line (any process may read it) by passing them "
-                             "in PIP_* variables, which --isolated makes pip ignore (it would use another "
-                             "index)", hint="drop --isolated, or give the credentials in a netrc or "
-                             "keyring instead of the URL")
-        pip_args = moved_args
-        server = SeamServer()
-        env = dict(env, PIPGUARD_SEAM=server.env_value)
-        proc = None
+    def run(self, pip: Optional["PipProcess"] = None) -> InstallResult:
+        """Run the install: with ``pip`` started already for these options (the CLI
+        starts it first thing: :class:`pipguard.seam.PipProcess`), or start it now."""
+        if pip is None:
+            pip = self.start_pip()
+        proc, server = pip.proc, pip.server
         try:
-            proc = subprocess.Popen([self.python, TARGET_SCRIPT, "pip", "install", *pip_args], env=env,
-                                    stdout=self.pip_stdout)
             # pip takes half a second or more to reach its first hook call: prepare
             # meanwhile what every call needs (its requests queue on the socket);
             # nothing is imported before pip starts that pip's start does not need
@@ -199,8 +183,7 @@ class Installer:
                              idle=on_idle)
             returncode = proc.wait()
         except KeyboardInterrupt:
-            if proc is not None:
-                _stop(proc)
+            _stop(proc)
             return self._result("interrupted", "interrupted; pip was stopped (nothing is installed "
                                 "unless pip had already started installing the gated wheels)")
         finally:
@@ -209,6 +192,10 @@ class Installer:
 
             launcher.discard_spare()
         return self._finish(returncode)
+
+    def start_pip(self) -> "PipProcess":
+        """The target's pip with this install's arguments (see :meth:`run`)."""
+        return start_pip(self.options, self.env, self.pip_stdout)
 
     def _finish(self, returncode: int) -> InstallResult:
         if self.refusals:
@@ -617,6 +604,14 @@ def _top_level_modules(target: str) -> List[str]:
         elif os.path.isdir(os.path.join(target, name)) and name.isidentifier():
             out.add(name)
     return sorted(out)
+
+
+def start_pip(options: InstallOptions, env: Mapping[str, str], stdout: Optional[int] = None) -> "PipProcess":
+    """Start the target's pip for ``options`` (:class:`pipguard.seam.PipProcess`)."""
+    from pipguard.seam import PipProcess, pip_arguments, target_python
+
+    return PipProcess(target_python(options.python), pip_arguments(options.pip_args, options.binary_only),
+                      env, stdout)
 
 
 def _warm_up(isolation: str) -> None:

@@ -24,17 +24,78 @@ import os
 import select
 import shutil
 import socket
+import subprocess
 import tempfile
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from pipguard.errors import PipguardError
+from pipguard.errors import PipguardError, UsageError
 
-TARGET_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_seam", "target.py")
+#: what the target interpreter runs: the directory of :mod:`pipguard._seam.target`, whose
+#: ``__main__.py`` imports it (its cached bytecode: a script would be compiled every start)
+TARGET_ENTRY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_seam")
 SEAM_VARIABLE = "PIPGUARD_SEAM"
 #: a request larger than this is not from our client
 MAX_REQUEST = 16 * 1024 * 1024
 
 Handler = Callable[[dict, List[int]], dict]
+
+
+def target_python(python: Optional[str]) -> str:
+    """The interpreter whose pip runs (``--python``; None: pipguard's own), checked."""
+    import sys
+
+    resolved = os.path.abspath(python) if python else sys.executable
+    if not (os.path.isfile(resolved) and os.access(resolved, os.X_OK)):
+        raise UsageError(f"--python {python}: not an executable interpreter")
+    return resolved
+
+
+def pip_arguments(pip_args: Sequence[str], binary_only: bool) -> List[str]:
+    """What pip gets after ``pip install``: the user's arguments, and without
+    ``--sandbox`` (no package code may run at all) ``--only-binary :all:``."""
+    return [*pip_args, *(("--only-binary", ":all:") if binary_only else ())]
+
+
+class PipProcess:
+    """The target interpreter's pip running ``pip install ARGS`` with the seam
+    (:mod:`pipguard._seam.target`), and the server its requests come to.
+
+    The CLI starts it before it loads the rest of pipguard and checks its own
+    options: pip takes half a second to its first request, which waits for
+    pipguard on the socket, and the 20-30 ms of pipguard's imports and option
+    checks went before pip's start on every install (docs/performance.md).
+    Nothing of pip's can happen before pipguard answers: a hook call, a
+    source tree's facts and the wheels' gate are all requests. If pipguard's
+    own options then fail, :meth:`abandon` ends pip before it did anything."""
+
+    def __init__(self, python: str, pip_args: Sequence[str], env: Mapping[str, str],
+                 stdout: Optional[int] = None) -> None:
+        from pipguard._seam.target import isolated, move_credentials
+
+        args = list(pip_args)
+        # credentials in -i/--extra-index-url/-f URLs: into pip's environment, not its argv
+        moved, moved_env = move_credentials(args, dict(env))
+        if moved != args and isolated(args):
+            raise UsageError("--isolated with credentials in an index, find-links or proxy URL: pipguard "
+                             "keeps those off pip's command line (any process may read it) by passing them "
+                             "in PIP_* variables, which --isolated makes pip ignore (it would use another "
+                             "index)", hint="drop --isolated, or give the credentials in a netrc or "
+                             "keyring instead of the URL")
+        self.python = python
+        self.server = SeamServer()
+        try:
+            self.proc = subprocess.Popen([python, TARGET_ENTRY, "pip", "install", *moved],
+                                         env={**moved_env, SEAM_VARIABLE: self.server.env_value}, stdout=stdout)
+        except BaseException:
+            self.server.close()
+            raise
+
+    def abandon(self) -> None:
+        """End pip (pipguard will not serve it) and the server. Idempotent."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.server.close()
 
 
 #: seconds without a request after which :meth:`SeamServer.serve` does a step of idle work
@@ -119,6 +180,7 @@ class SeamServer:
             conn.close()
 
     def close(self) -> None:
+        """Stop listening and remove the socket's directory. Idempotent."""
         self._listener.close()
         shutil.rmtree(self.directory, ignore_errors=True)
 

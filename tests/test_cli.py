@@ -40,6 +40,12 @@ def work(tmp_path):
     (["run", "--allow-network", "--allow-host", "pypi.org", "--", "touch", "ran"], "contradict"),
     (["run", "--allow-host", "pypi.org:99999", "--", "touch", "ran"], "port"),
     (["install", "--sandbox"], "nothing to install"),
+    # checked while pip starts (pipguard starts pip first): pip is ended, nothing installed
+    (["install", "--sandbox", "--allow-read", "/nonexistent-pipguard", "six"], "no such file"),
+    (["install", "--sandbox", "--limit-memory", "lots", "six"], "lots"),
+    (["install", "--sandbox", "--report", "/nonexistent-dir/r.json", "six"], "does not exist"),
+    (["install", "--sandbox", "--allow-build-host", "pypi.org:99999", "six"], "port"),
+    (["install", "--sandbox", "--python", "/nonexistent-python", "six"], "not an executable"),
     (["frobnicate"], "frobnicate"),
 ])
 def test_bad_input_is_one_line_exit_2(work, args, words):
@@ -52,6 +58,30 @@ def test_bad_input_is_one_line_exit_2(work, args, words):
     assert words.lower() in lines[0].lower()
     assert not (work / "ran").exists(), "nothing may run on bad input"
     assert not list(work.glob("*.json"))
+
+
+def test_an_option_that_fails_after_pip_started_ends_that_pip(work):
+    """pipguard starts pip before it checks the rest of its own options (they load while pip
+    starts): when one fails, that pip is ended and reaped before pipguard exits 2."""
+    import os
+
+    wrapper = work / "python"
+    wrapper.write_text(f"#!/bin/sh\necho $$ > {work / 'pip.pid'}\nexec {PY} \"$@\"\n")
+    wrapper.chmod(0o755)
+    import shutil
+    import tempfile
+
+    short_tmp = tempfile.mkdtemp(prefix="pgt-", dir="/tmp")  # where the seam's socket goes
+    try:
+        r = cli("install", "--sandbox", "--python", str(wrapper), "--limit-memory", "lots", "six", cwd=work,
+                env=dict(os.environ, TMPDIR=short_tmp))
+        assert r.returncode == 2 and "lots" in r.stderr and "Traceback" not in r.stderr, r.stderr
+        marker = work / "pip.pid"
+        if marker.exists():  # (pip may be ended before its wrapper wrote it: ended either way)
+            assert not os.path.exists(f"/proc/{int(marker.read_text())}"), "pip outlived pipguard"
+        assert os.listdir(short_tmp) == []  # the seam's socket directory is gone too
+    finally:
+        shutil.rmtree(short_tmp)
 
 
 def test_a_bug_in_pipguard_is_one_line_and_a_saved_traceback(tmp_path, monkeypatch, capsys):

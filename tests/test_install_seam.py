@@ -530,16 +530,18 @@ main()
 
 
 def test_pip_starts_before_the_models_and_the_sandbox_are_imported(tmp_path):
-    """pip is started as soon as its command line is known: the report, the result models,
-    the planner and the sandbox are imported while pip starts (or where they are used), not
-    before; a plain install command line is parsed without click (~25 ms of imports). The result
-    models are still reachable from pipguard.install, as before."""
+    """pip is started as soon as its command line is known: the installer, pipguard's own
+    option checks (limits, the policy file), the report, the result models, the planner and the
+    sandbox are imported while pip starts (or where they are used), not before; a plain install
+    command line is parsed without click (~25 ms of imports). The result models are still
+    reachable from pipguard.install, as before."""
     proc = subprocess.run([sys.executable, "-c", _AT_PIP_START], cwd=tmp_path, capture_output=True,
                           text=True, env={k: v for k, v in os.environ.items() if not k.startswith("PIP_")})
     assert proc.returncode == 0, proc.stderr[-2000:]
     imported = set(json.loads(proc.stdout))
-    assert {"pipguard.cli", "pipguard.install", "pipguard.seam"} <= imported, imported
-    later = {"pipguard.report", "pipguard.install_result", "pipguard.files", "pipguard.gate",
+    assert {"pipguard.cli", "pipguard.seam"} <= imported, imported
+    later = {"pipguard.install", "pipguard.limits", "pipguard.policyfile", "pipguard.approvals",
+             "pipguard.policy", "pipguard.report", "pipguard.install_result", "pipguard.files", "pipguard.gate",
              "pipguard.hookcall", "pipguard.plan", "pipguard.sandbox", "pipguard.launcher", "packaging",
              "click"}
     assert not imported & later, imported & later

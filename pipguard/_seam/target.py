@@ -4,7 +4,8 @@ pip is trusted code; package code is not. pip runs package code only in child
 Python processes: the PEP 517 hook calls (pyproject-hooks' ``_in_process.py
 HOOK CONTROL_DIR``), and, in pips that still have them, legacy ``setup.py``
 runs. This file is started by the pipguard process in place of ``python -m
-pip`` and puts pipguard at that seam:
+pip`` (as ``python …/pipguard/_seam``: ``__main__.py`` imports it from its
+cached bytecode) and puts pipguard at that seam:
 
 ``target.py pip ARGS``
     runs the real pip with ARGS after installing the seam below.
@@ -57,6 +58,9 @@ import sys
 
 SEAM_VARIABLE = "PIPGUARD_SEAM"
 HERE = os.path.abspath(__file__)
+#: what starts this file's ``main``: its directory (run by ``__main__.py``, which
+#: imports this file from its cached bytecode; pipguard starts pip that way)
+ENTRY = os.path.dirname(HERE)
 #: What pip starts and waits for in place of a hook call: it exits with the
 #: status pipguard writes (one line) to the pipe whose fd is its ``$1``, or 1
 #: if pipguard closes the pipe without one. A shell, not a Python client: it
@@ -144,7 +148,7 @@ def classify(argv):
     if not argv or not _is_python(argv[0]):
         return "pass", ""
     script = next((a for a in argv[1:] if a not in ("-I", "-S")), "")
-    if len(argv) >= 3 and os.path.realpath(script) == HERE:
+    if len(argv) >= 3 and os.path.realpath(script) in (os.path.realpath(HERE), os.path.realpath(ENTRY)):
         return "ours", ""  # already rewritten (a runner)
     pip_dir = _pip_dir()
     if pip_dir and len(argv) == 4:
@@ -298,8 +302,8 @@ def rewrite(argv):
         raise ValueError("a hook call is handed off (_hand_off), never rewritten")
     python = sys.executable
     if kind == "runner":
-        return [argv[0], HERE, "runner", *argv[1:]]
-    return [python, "-I", "-S", HERE, "refuse",
+        return [argv[0], ENTRY, "runner", *argv[1:]]
+    return [python, "-I", "-S", ENTRY, "refuse",
             "pip tried to run package code outside a PEP 517 hook (a legacy setup.py path?): " + detail]
 
 
@@ -336,7 +340,7 @@ def install_seam(role):
         argv = [args] if isinstance(args, (str, bytes, os.PathLike)) else list(args)
         if classify(argv)[0] == "hook":
             if len(rest) <= _ERRWRITE or kwargs:  # a Popen this seam was not written for
-                args = [sys.executable, "-I", "-S", HERE, "refuse",
+                args = [sys.executable, "-I", "-S", ENTRY, "refuse",
                         "this Python's subprocess module is not the one pipguard knows; no hook ran"]
                 return original(self, args, None, *rest, **kwargs)
             args, rest, placeholder_fd = _hand_off(argv, rest)
