@@ -362,14 +362,25 @@ def install_seam(role):
 
     subprocess.Popen._execute_child = _execute_child
     sys.addaudithook(_audit)
-    sys.meta_path.insert(0, _PatchFinder({
+    patches = {
         "pip._internal.commands.install": lambda module: _patch_install(module, role),
         "pip._internal.operations.prepare": _patch_prepare,
-    }))
+        "pip._internal.cli.cmdoptions": _add_use_pep517,
+    }
+    for name in [n for n in patches if n in sys.modules]:  # loaded already (not by pip's own start)
+        patches.pop(name)(sys.modules[name])
+    sys.meta_path.insert(0, _PatchFinder(patches))
 
 
-def _audit(event, args):
-    # Backstop: every way to start a program other than subprocess.Popen.
+#: the audit events of starting a program other than through subprocess.Popen
+_STARTS = frozenset(("os.system", "os.spawn", "os.exec", "os.posix_spawn"))
+
+
+def _audit(event, args, _starts=_STARTS):
+    # Backstop: every way to start a program other than subprocess.Popen. Called for
+    # every audit event of pip's (thousands: each import, open, exec): one set lookup.
+    if event not in _starts:
+        return
     if event in ("os.system", "os.spawn"):
         raise PermissionError(f"pipguard: pip may not start processes through {event}")
     if event in ("os.exec", "os.posix_spawn"):
@@ -559,13 +570,17 @@ def _gated(original, role):
     return install_given_reqs
 
 
-def _with_pep517(args):
+def _add_use_pep517(cmdoptions):
+    """Once pip's ``cmdoptions`` is loaded (pip imports it before its ``main``
+    reads ``sys.argv``): ``--use-pep517`` into ``sys.argv``, where pip has the
+    option. Not by importing cmdoptions ahead of pip: that cost ~7 ms of every
+    pip start (measured), the same modules in another order."""
+    sys.argv[1:] = _with_pep517(sys.argv[1:], cmdoptions)
+
+
+def _with_pep517(args, cmdoptions):
     """pip's arguments with ``--use-pep517`` where pip has legacy paths."""
     if "install" not in args or USE_PEP517 in args:
-        return list(args)
-    try:
-        from pip._internal.cli import cmdoptions
-    except Exception:
         return list(args)
     if not hasattr(cmdoptions, "use_pep517"):
         return list(args)  # a pip without the option has no legacy path either
@@ -589,20 +604,20 @@ def run_pip(args):
     except ImportError:
         sys.stderr.write(f"pipguard: {sys.executable} has no pip\n")
         sys.exit(NO_PIP)
+    sys.argv = ["pip", *args]  # (--use-pep517 joins them when pip loads its options: _add_use_pep517)
     install_seam("top")
     import runpy
 
-    sys.argv = ["pip", *_with_pep517(args)]
     runpy.run_module("pip", run_name="__main__", alter_sys=True)
 
 
 def run_runner(runner, args):
     """A pip subprocess pip started itself (build requirements): its runner, with the seam."""
     del sys.path[0]
+    sys.argv = [runner, *args]
     install_seam("build-env")
     import runpy
 
-    sys.argv = [runner, *_with_pep517(args)]
     runpy.run_path(runner, run_name="__main__")
 
 
