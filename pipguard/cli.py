@@ -237,7 +237,7 @@ def _install_with(pip, sandbox_only: bool, binary_only: bool, pip_args: tuple, k
         pip_args=pip_args, python=pip.python, isolation=kw["isolation"], vm_accel=kw["vm_accel"],
         sandbox_only=sandbox_only, binary_only=binary_only,
         probe_imports=kw["probe_imports"],
-        build_hosts=tuple(HostPort.parse(h) for h in kw["allow_build_hosts"]),
+        build_hosts=tuple(HostPort.parse(h, "--allow-build-host") for h in kw["allow_build_hosts"]),
         build_timeout=kw["build_timeout"],
         keep_env=tuple(dict.fromkeys([*kw["keep_env"], *project.keep_env])),
         # None: the backend's default (on; off under ns, where decoys report credential reads)
@@ -279,11 +279,9 @@ def _install_with(pip, sandbox_only: bool, binary_only: bool, pip_args: tuple, k
 def _load_renderer() -> None:
     """What showing an install's result imports (tabulate among it: 10-20 ms),
     loaded while pip installs the gated wheels rather than after pip's exit."""
-    from pipguard.render import install as render_install
-    from pipguard.render import load_tabulate
+    from pipguard.render import install, load_tabulate  # noqa: F401 (install: imported for later)
 
     load_tabulate()
-    del render_install
 
 
 def _approve(report_path: str, policy: Optional[str], write: bool) -> None:

@@ -163,7 +163,7 @@ class Installer:
         """Run the install: with ``pip`` started already for these options (the CLI
         starts it first thing: :class:`pipguard.seam.PipProcess`), or start it now."""
         if pip is None:
-            pip = self.start_pip()
+            pip = start_pip(self.options, self.env, self.pip_stdout)
         proc, server = pip.proc, pip.server
         try:
             # pip takes half a second or more to reach its first hook call: prepare
@@ -192,10 +192,6 @@ class Installer:
 
             launcher.discard_spare()
         return self._finish(returncode)
-
-    def start_pip(self) -> "PipProcess":
-        """The target's pip with this install's arguments (see :meth:`run`)."""
-        return start_pip(self.options, self.env, self.pip_stdout)
 
     def _finish(self, returncode: int) -> InstallResult:
         if self.refusals:
@@ -341,6 +337,10 @@ class Installer:
         self.hook_results.append(result)
         phase = self._phase(call.hook, call.package, result.report, origin)
         status = _shell_status(result.report)
+        if result.report.error:  # the run itself failed (not the build): the install cannot go on
+            self.error = self.error or f"{who}: {call.hook}: {result.report.error}"
+            self.progress(f"{who}: {call.hook} failed: {result.report.error}")
+            return {"exit": status or 1, "message": f"pipguard: {call.hook} of {who}: {result.report.error}"}
         counting = _counting(phase)
         if counting or result.problems:
             if result.problems:
@@ -621,8 +621,12 @@ def _warm_up(isolation: str) -> None:
     import packaging.requirements  # noqa: F401 (a hook call's answer is checked with it: ~20 ms)
     import packaging.utils  # noqa: F401
 
-    from pipguard import _child, gatecache, hookcall, host, install_result, launcher, sandbox, supervisor  # noqa: F401
+    from pipguard import _child, approvals, gatecache, hookcall, host, install_result, launcher, sandbox, supervisor  # noqa: F401
 
+    try:  # a source tree's declared requirements are read with it (pip's first request)
+        import tomllib  # noqa: F401
+    except ImportError:  # Python < 3.11
+        import tomli  # noqa: F401
     host.planning_facts()
     if isolation == "auto":
         from pipguard.backends import ns

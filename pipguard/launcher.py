@@ -90,6 +90,15 @@ class ChildProcess:
                     self.returncode = os.waitstatus_to_exitcode(status)
         return True
 
+    def keeper_alive(self) -> bool:
+        """Whether the keeper still runs (it is our child: not reaped, so its pid is ours)."""
+        if self.keeper_pidfd is None:
+            return True  # no pidfd (an old kernel): the handoff's own errors tell
+        try:
+            return os.waitid(os.P_PIDFD, self.keeper_pidfd, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+        except ChildProcessError:
+            return False
+
     def poll(self) -> Optional[int]:
         if self.returncode is None and not self._released:
             self.read_reports(block=False)
@@ -199,9 +208,6 @@ def start(plan: Plan, meanwhile: Optional[Callable[[], None]] = None,
     from pipguard.oslayer import seccomp
 
     _reopenable_stdio()
-    spare = _take_spare()
-    if plan.os_spec is not None and spare is None:  # built here once; the first process only loads it
-        seccomp.prebuild(plan.os_spec, notify=plan.os_spec.notify)
     config = {
         "cwd": plan.cwd,
         "executable": plan.executable,
@@ -215,24 +221,17 @@ def start(plan: Plan, meanwhile: Optional[Callable[[], None]] = None,
         "backend_spec": _backend_spec(plan),
         "run_as": list(run_as) if run_as else None,
     }
+    spare = _take_spare()
+    if spare is not None and not _hand_over(spare, config):
+        spare = None  # it died while it waited (nothing ran): a fresh fork does the run
     if spare is not None:
         process, parent_sock = spare
-        try:
-            process.receive_root()
-            try:
-                _send_config(parent_sock, config)
-            except OSError as exc:  # it was killed while it waited: nothing ran
-                raise PipguardError(f"the sandbox's first process exited before its start ({exc.strerror})",
-                                    hint="something killed pipguard's waiting sandbox process; run again") from exc
-        except BaseException:
-            process.kill()
-            process.release()
-            parent_sock.close()
-            raise
         if plan.os_spec is not None:
             # for the next spare (a fork of this process), while this first process confines itself
             seccomp.prebuild(plan.os_spec, notify=plan.os_spec.notify)
     else:
+        if plan.os_spec is not None:  # built here once; the first process only loads it
+            seccomp.prebuild(plan.os_spec, notify=plan.os_spec.notify)
         process, parent_sock = _fork(config)
     listener: Optional[int] = None
     entered: Optional[Entered] = None
@@ -429,6 +428,31 @@ def discard_spare() -> None:
         process, sock, _thread = spare
         sock.close()  # end of file: the waiting first process exits
         process.release()
+
+
+def _hand_over(spare: Tuple[ChildProcess, socket.socket], config: dict) -> bool:
+    """Give a waiting spare its run's config; False (the spare ended) if its keeper or
+    first process is gone: nothing of the run has started, so a fresh fork may do it. A
+    spare now waits through whole hook calls, where an OOM kill or a stray ``kill`` can
+    reach it (review: a run whose keeper was gone went on without one, and was reported
+    clean)."""
+    process, parent_sock = spare
+    try:
+        process.receive_root()
+        if not process.keeper_alive():
+            raise OSError("the spare's keeper is gone")
+        _send_config(parent_sock, config)
+        return True
+    except (OSError, PipguardError):
+        process.kill()
+        process.release()
+        parent_sock.close()
+        return False
+    except BaseException:
+        process.kill()
+        process.release()
+        parent_sock.close()
+        raise
 
 
 def _take_spare() -> Optional[Tuple[ChildProcess, socket.socket]]:

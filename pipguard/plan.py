@@ -649,11 +649,9 @@ def defer_kernel_wait(action: Callable[[], None]) -> None:
     if work is None or work.stopped:
         action()
         return
-    import threading
+    from pipguard import threads
 
-    thread = threading.Thread(target=action, name="pipguard-clean-up", daemon=True)
-    thread.start()
-    work.threads.append(thread)
+    work.threads.append(threads.start(action, name="pipguard-clean-up"))  # the caller's signals stay the main thread's
 
 
 def cleanup(plan: Plan) -> None:

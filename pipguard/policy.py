@@ -32,26 +32,27 @@ class HostPort:
     port: Optional[int] = None
 
     @classmethod
-    def parse(cls, text: str) -> "HostPort":
+    def parse(cls, text: str, option: str = "--allow-host") -> "HostPort":
+        """``HOST[:PORT]`` (``[v6]:PORT``); errors name ``option``, the flag it came from."""
         text = text.strip()
         if not text:
-            raise UsageError("--allow-host needs HOST[:PORT], got an empty value")
+            raise UsageError(f"{option} needs HOST[:PORT], got an empty value")
         host, port_text = text, None  # type: Tuple[str, Optional[str]]
         if text.startswith("["):  # [::1]:443
             end = text.find("]")
             if end < 0:
-                raise UsageError(f"--allow-host {text!r}: unbalanced '['")
+                raise UsageError(f"{option} {text!r}: unbalanced '['")
             host, rest = text[1:end], text[end + 1 :]
             if rest:
                 if not rest.startswith(":"):
-                    raise UsageError(f"--allow-host {text!r}: expected ':PORT' after ']'")
+                    raise UsageError(f"{option} {text!r}: expected ':PORT' after ']'")
                 port_text = rest[1:]
         elif text.count(":") == 1:
             host, port_text = text.split(":")
         port = None
         if port_text is not None:
             if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-                raise UsageError(f"--allow-host {text!r}: port must be 1-65535")
+                raise UsageError(f"{option} {text!r}: port must be 1-65535")
             port = int(port_text)
         return cls(host=host, port=port)
 

@@ -270,6 +270,10 @@ def _report(plan: Plan, started, evidence, written, started_at: float,
     error = None
     if evidence.interrupted:
         error = "interrupted: the sandbox was stopped by a signal to pipguard"
+    elif evidence.exit_code is None:
+        # the keeper (pipguard's child that waits for the sandbox) went away before it
+        # reported the command's status: something outside killed it; the outcome is unknown
+        error = "the sandbox's keeper ended before the command's exit status: the run's outcome is unknown"
     ordered = sorted(evidence.events, key=lambda e: (e.time, e.seq))
     events = tuple(Event(i + 1, e.time, e.kind, e.action, e.layer, e.pid, e.target, e.rule, e.detail)
                    for i, e in enumerate(ordered))

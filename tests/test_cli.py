@@ -44,7 +44,7 @@ def work(tmp_path):
     (["install", "--sandbox", "--allow-read", "/nonexistent-pipguard", "six"], "no such file"),
     (["install", "--sandbox", "--limit-memory", "lots", "six"], "lots"),
     (["install", "--sandbox", "--report", "/nonexistent-dir/r.json", "six"], "does not exist"),
-    (["install", "--sandbox", "--allow-build-host", "pypi.org:99999", "six"], "port"),
+    (["install", "--sandbox", "--allow-build-host", "pypi.org:99999", "six"], "--allow-build-host 'pypi.org:99999': port"),
     (["install", "--sandbox", "--python", "/nonexistent-python", "six"], "not an executable"),
     (["frobnicate"], "frobnicate"),
 ])

@@ -192,5 +192,11 @@ def test_a_kernel_wait_runs_on_a_thread_the_blocks_end_joins():
         plan_mod.defer_kernel_wait(slow_close)
         threads = list(plan_mod._IDLE.get().threads)
         assert len(threads) == 1 and threads[0].is_alive()  # we went on while it waits
+        # and it leaves the caller's signals to the main thread (pipguard.threads; review)
+        from pipguard.threads import CALLER_SIGNALS
+
+        with open(f"/proc/self/task/{threads[0].native_id}/status") as fh:
+            mask = next(int(line.split()[1], 16) for line in fh if line.startswith("SigBlk:"))
+        assert {s for s in CALLER_SIGNALS if not mask & (1 << (s - 1))} == set()
         release.set()
     assert seen == ["pipguard-clean-up"] and not threads[0].is_alive()

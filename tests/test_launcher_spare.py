@@ -115,18 +115,50 @@ def test_only_the_thread_that_forked_a_spare_takes_it(tmp_path, no_spare):
     assert not _gone(spare_pid)
 
 
-def test_a_spare_killed_from_outside_fails_the_run_closed(tmp_path, no_spare):
-    from pipguard.errors import PipguardError
-
+@pytest.mark.parametrize("killed", ["first process", "keeper"])
+def test_a_spare_killed_from_outside_is_replaced_by_a_fresh_fork(tmp_path, no_spare, killed):
+    """A spare now waits through whole hook calls (forked in a call's quiet moments), where an OOM
+    kill or a stray ``kill`` can reach it. Nothing of the run has started then: the run takes a
+    fresh fork instead, and runs once, with a keeper (review: with the keeper killed, the run went
+    on without one and was reported clean; with the first process killed, the install failed)."""
     launcher.fork_spare()
-    _keeper, first = _spare_pids()
-    os.kill(first, signal.SIGKILL)
+    keeper, first = _spare_pids()
+    os.kill(first if killed == "first process" else keeper, signal.SIGKILL)
+    if killed == "keeper":
+        deadline = time.monotonic() + 5
+        while not _gone(keeper) and time.monotonic() < deadline:
+            time.sleep(0.01)
     marker = tmp_path / "ran"
-    with pytest.raises(PipguardError):
-        run([sys.executable, "-c", f"open({str(marker)!r}, 'w')"], Policy(), cwd=str(tmp_path))
-    assert not marker.exists()  # nothing ran, and the next run forks afresh
-    report = run([sys.executable, "-c", "pass"], Policy(), cwd=str(tmp_path))
-    assert report.exit_code == 0 and launcher._spare is None
+    report = run([sys.executable, "-c", f"open({str(marker)!r}, 'a').write('x')"], Policy(), cwd=str(tmp_path))
+    assert report.exit_code == 0 and report.error is None and report.verdict == "clean", \
+        (report.error, report.events)
+    assert marker.read_text() == "x"  # once
+    assert launcher._spare is None and _gone(first)
+
+
+def test_a_run_whose_keeper_vanished_is_an_error_not_clean(tmp_path, no_spare):
+    """The keeper is what reports the command's status: a run whose keeper was killed before it
+    did has no known outcome, and its report says so (verdict error), never clean."""
+    killed = {}
+    real_start = launcher.start
+
+    def start_then_kill_keeper(*args, **kwargs):
+        started = real_start(*args, **kwargs)
+
+        def kill_keeper():
+            os.kill(started.process.keeper_pid, signal.SIGKILL)
+            killed["keeper"] = True
+
+        threading.Timer(0.3, kill_keeper).start()
+        return started
+
+    launcher.start = start_then_kill_keeper
+    try:
+        report = run([sys.executable, "-c", "import time; time.sleep(3)"], Policy(), cwd=str(tmp_path))
+    finally:
+        launcher.start = real_start
+    assert killed.get("keeper")
+    assert report.verdict == "error" and "keeper" in (report.error or ""), (report.error, report.exit_code)
 
 
 def test_a_spare_forked_in_a_runs_quiet_moment_holds_none_of_its_pipes(tmp_path, no_spare, backend):

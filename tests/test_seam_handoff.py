@@ -131,3 +131,22 @@ def test_no_channel_fails_the_call_with_a_message(seam, tmp_path):
     assert result["exit"] == 1
     assert "could not be handed to the sandbox" in result["output"]
     assert result["leaked"] == []
+
+
+def test_only_the_exact_rewritten_commands_count_as_the_seams_own(tmp_path, monkeypatch):
+    """``classify`` passes a command through unchanged ("ours") only when it names the seam by
+    the absolute path ``rewrite`` writes. A relative name was resolved against pip's cwd, where
+    a build of a local project can write: a link ``./-u`` to the seam turned ``python -u -c …``
+    (a legacy path, refused) into "ours" (review of the ``_seam`` entry)."""
+    python = sys.executable
+    legacy = [python, "-u", "-c", "exec(compile(open('setup.py').read(), 'setup.py', 'exec'))", "egg_info"]
+    monkeypatch.chdir(tmp_path)
+    assert target.classify(legacy)[0] == "refuse"
+    (tmp_path / "-u").symlink_to(target.ENTRY)
+    assert target.classify(legacy)[0] == "refuse"
+    (tmp_path / "-u").unlink()
+    (tmp_path / "-u").symlink_to(target.HERE)
+    assert target.classify(legacy)[0] == "refuse"
+    assert target.classify([python, target.ENTRY, "runner", "/x/__pip-runner__.py", "install"])[0] == "ours"
+    assert target.classify([python, "-I", "-S", target.ENTRY, "refuse", "why"])[0] == "ours"
+    assert target.classify([python, target.HERE, "runner", "/x/__pip-runner__.py", "install"])[0] == "ours"

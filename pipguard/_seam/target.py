@@ -148,8 +148,11 @@ def classify(argv):
     if not argv or not _is_python(argv[0]):
         return "pass", ""
     script = next((a for a in argv[1:] if a not in ("-I", "-S")), "")
-    if len(argv) >= 3 and os.path.realpath(script) in (os.path.realpath(HERE), os.path.realpath(ENTRY)):
-        return "ours", ""  # already rewritten (a runner)
+    if len(argv) >= 3 and script in (HERE, ENTRY):
+        # already rewritten (a runner): by the exact absolute path rewrite() writes, never a
+        # name resolved against pip's cwd, where a build of a local project can plant a link
+        # to this file (review: `./-u` linked here turned a refusal into "ours")
+        return "ours", ""
     pip_dir = _pip_dir()
     if pip_dir and len(argv) == 4:
         script = os.path.realpath(argv[1])
