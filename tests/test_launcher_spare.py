@@ -200,3 +200,67 @@ def test_a_spare_forked_in_a_runs_quiet_moment_holds_none_of_its_pipes(tmp_path,
         os.dup2(saved, 1)
         os.close(saved)
         os.close(read_end)
+
+
+_PROBE_SPARE = r"""
+import json, os, subprocess, sys, time
+try_one, pipguard_pid = sys.argv[1], int(sys.argv[2])
+time.sleep(0.5)  # quiet: the supervisor forks the next run's spare meanwhile
+def ppid(pid):
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            return int(next(l.split()[1] for l in fh if l.startswith("PPid:")))
+    except (OSError, StopIteration, ValueError):
+        return None
+mine, p = set(), os.getpid()
+while p and p not in mine:
+    mine.add(p)
+    p = ppid(p)
+pids = [int(n) for n in os.listdir("/proc") if n.isdigit()]
+keepers = {p for p in pids if ppid(p) == pipguard_pid}
+found = sorted((keepers | {p for p in pids if ppid(p) in keepers}) - mine)
+tries = {}
+for pid in found:
+    for args in (["kill", str(pid), "0"], ["kill", str(pid), "9"], ["read", f"/proc/{pid}/environ"]):
+        out = subprocess.run([try_one, *args], capture_output=True, text=True).stdout
+        tries[" ".join(args)] = json.loads(out.strip().splitlines()[-1])
+print(json.dumps({"found": found, "tries": tries}))
+"""
+
+
+def test_the_spare_is_out_of_a_running_sandboxs_reach(tmp_path, no_spare, backend, try_one_bin):
+    """The next run's spare (keeper and first process: forks of pipguard, unconfined, with its
+    memory and environment) now waits while a sandbox runs. From inside that sandbox, natively:
+    under the plain backend it is visible, and signalling it or reading its environ fails, the
+    signals reported; under ns it is not in the sandbox's world at all. Afterwards it is alive
+    (review of 2026-12-04, made a test)."""
+    import json
+
+    from pipguard import plan
+
+    out_file = tmp_path / "probe.json"
+    saved = os.dup(1)
+    try:
+        with plan.idle_work(ahead=launcher.fork_spare):
+            with open(out_file, "w") as handle:
+                sys.stdout.flush()
+                os.dup2(handle.fileno(), 1)
+                report = run([sys.executable, "-c", _PROBE_SPARE, str(try_one_bin), str(os.getpid())],
+                             Policy(isolation=backend.isolation, allow_read=(str(try_one_bin.parent),)),
+                             cwd=str(tmp_path))
+            os.dup2(saved, 1)
+            assert report.exit_code == 0, (report.error, report.events)
+            spare_keeper, spare_first = _spare_pids()  # forked during the run, still waiting
+            out = json.loads(out_file.read_text().strip().splitlines()[-1])
+            if backend.ns:
+                assert out["found"] == [], out  # pipguard's children are not in its pid namespace
+                return
+            assert {spare_keeper, spare_first} <= set(out["found"]), out
+            for what, result in out["tries"].items():
+                assert not result["ok"], (what, result)
+            assert not _gone(spare_keeper) and not _gone(spare_first)
+            signalled = {e.target for e in report.blocked_events if e.rule == "signal-outside"}
+            assert {f"pid {spare_keeper}", f"pid {spare_first}"} <= signalled, report.events
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
