@@ -28,8 +28,9 @@ import zlib
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from pipguard import pthshapes
+from pipguard import pthshapes, wheelpaths
 from pipguard.errors import PipError, UsageError
+from pipguard.wheelpaths import ROOT
 
 __all__ = [
     "BLOCKING_SEVERITIES", "Finding", "MAX_FINDINGS", "SETUPTOOLS_PTH_LINES", "SHADOWED_COMMANDS",
@@ -79,7 +80,7 @@ _WIN_EXE_SUFFIXES = (".exe", ".bat", ".cmd", ".com", ".ps1")
 SETUPTOOLS_PTH_LINES: Tuple[str, ...] = pthshapes.DISTUTILS_PRECEDENCE_LINES
 
 #: ``<name>.data/<scheme>/`` keys pip knows (``pip._internal.operations.install.wheel``).
-DATA_SCHEMES = ("purelib", "platlib", "scripts", "headers", "data")
+DATA_SCHEMES = wheelpaths.SCHEME_KEYS
 #: Under ``.data/data/`` (relative to the install prefix), places other programs read or run.
 SENSITIVE_DATA_PREFIXES: Tuple[str, ...] = (
     "etc/", "var/", "usr/", "lib/systemd/", "share/systemd/", "lib/udev/", "share/applications/",
@@ -445,15 +446,14 @@ def _scan_wheel_zip(zf: zipfile.ZipFile, artifact: str,
     owner = dist if dist_info and dist == file_dist == _info_dist(dist_info) else ""
     is_setuptools = owner == "setuptools"
     col = _Collector(package, artifact)
+    # Where pip writes each member (pip's own normalisation, once): every rule below judges that.
+    placements = [p for p in (wheelpaths.place(i.filename) for i in infos) if p is not None]
     # Top-level modules of the wheel (root, .data/purelib, .data/platlib): a hook's companion.
     root_modules: Dict[str, zipfile.ZipInfo] = {}
-    for info in infos:
-        top, _, rest = info.filename.partition("/")
-        rel = info.filename if not rest else (
-            rest.partition("/")[2] if top.endswith(".data") and rest.partition("/")[0] in (
-                "purelib", "platlib") else "")
-        if rel.endswith(".py") and "/" not in rel and not _unsafe_path(rel):
-            root_modules.setdefault(rel[:-3], info)
+    for placed in placements:
+        rel = placed.site_path or ""
+        if rel.endswith(".py") and "/" not in rel and not _unsafe_path(placed.member):
+            root_modules.setdefault(rel[:-3], zf.getinfo(placed.member))
 
     def root_module(module: str) -> Optional[bytes]:
         info = root_modules.get(module)
@@ -477,44 +477,51 @@ def _scan_wheel_zip(zf: zipfile.ZipFile, artifact: str,
                     "archive holds this member twice; the copy that is installed is not the one "
                     "that was checked", name)
         seen.add(name)
+    # Two spellings of one destination (`x.py` and `./x.py`): pip writes both, the last wins.
+    landed: Dict[Tuple[str, str], str] = {}
+    for placed in placements:
+        if placed.error is not None:
+            continue
+        where = ("site" if placed.site_path is not None else placed.scheme, placed.path)
+        first = landed.setdefault(where, placed.member)
+        if first != placed.member:
+            col.add(HIGH, "record-mismatch", placed.member,
+                    f"lands where {first!r} lands too: the copy that is installed is not the one "
+                    "that was checked", placed.member)
 
     # Where each member lands, relative to a site-packages directory (None: elsewhere).
     scripts: List[Tuple[str, str]] = []  # (member, installed script name)
-    for name in names:
-        if name.endswith("/") or _unsafe_path(name):
+    for placed in placements:
+        name = placed.member
+        if _unsafe_path(name):
+            continue  # critical already; where it would land does not matter
+        top = name.split("/", 1)[0]
+        if placed.error is not None:
+            col.add(HIGH, "data-scheme-escape", name,
+                    f"pip refuses this member mid-install ({placed.error}): the members written "
+                    "before it stay", name)
             continue
-        top, _, rest = name.partition("/")
-        site_rel: Optional[str] = None
-        if not rest:
-            site_rel = name
-        elif top.endswith(".data"):
-            scheme, _, sub = rest.partition("/")
-            if not sub or scheme not in DATA_SCHEMES:
-                col.add(HIGH, "data-scheme-escape", name,
-                        f"'{top}/{scheme}' is not an install scheme pip knows "
-                        f"({', '.join(DATA_SCHEMES)})", name)
-                continue
-            if scheme in ("purelib", "platlib"):
-                site_rel = sub
-            elif scheme == "scripts":
-                if "/" not in sub:
-                    scripts.append((name, sub))
-            elif scheme == "data":
-                site_match = _DATA_SITE.match(sub)
-                bin_match = _DATA_BIN.match(sub)
-                if site_match:
-                    site_rel = sub[site_match.end():]
-                    col.add(MEDIUM, "data-scheme-escape", name,
-                            "data file lands in a site-packages directory, beside other packages",
-                            sub)
-                elif bin_match:
-                    scripts.append((name, bin_match.group(1)))
-                elif sub.lower().startswith(SENSITIVE_DATA_PREFIXES):
-                    col.add(MEDIUM, "data-scheme-escape", name,
-                            "data file lands where other programs read or run it (relative to the "
-                            "install prefix)", sub)
-        elif top not in info_dirs:
-            site_rel = name
+        site_rel = placed.site_path
+        if placed.scheme == ROOT and top in info_dirs:
+            continue  # the wheel's metadata: pip's own, judged by the rules that read it
+        if placed.scheme == "scripts":
+            if "/" not in placed.path:
+                scripts.append((name, placed.path))
+        elif placed.scheme == "data":
+            sub = placed.path
+            site_match = _DATA_SITE.match(sub)
+            bin_match = _DATA_BIN.match(sub)
+            if site_match:
+                site_rel = sub[site_match.end():]
+                col.add(MEDIUM, "data-scheme-escape", name,
+                        "data file lands in a site-packages directory, beside other packages",
+                        sub)
+            elif bin_match:
+                scripts.append((name, bin_match.group(1)))
+            elif sub.lower().startswith(SENSITIVE_DATA_PREFIXES):
+                col.add(MEDIUM, "data-scheme-escape", name,
+                        "data file lands where other programs read or run it (relative to the "
+                        "install prefix)", sub)
         if site_rel is None:
             continue
         # Rule 2: sitecustomize / usercustomize; and setuptools' startup module in another wheel.
@@ -539,8 +546,11 @@ def _scan_wheel_zip(zf: zipfile.ZipFile, artifact: str,
     if dist_info and ep_member in _names(zf):
         text = _read_limited(zf, zf.getinfo(ep_member), 1024 * 1024).decode("utf-8", "replace")
         for section, script, n, raw in _parse_entry_points(text):
-            if section in ("console_scripts", "gui_scripts"):
-                cmd = _shadows(script, dist)
+            if section not in ("console_scripts", "gui_scripts"):
+                continue
+            # every name a supported pip writes for it (`sub/../git` is `git` to both)
+            for written in wheelpaths.script_names(script, raw.split("=", 1)[1].strip()):
+                cmd = _shadows(written, dist)
                 if cmd:
                     col.add(HIGH, "console-script-shadowing", ep_member,
                             f"[{section}] entry '{script}' installs a command that shadows '{cmd}'",

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from pipguard import srcguard
+from pipguard.coremeta import CoreMetadata, wheel_metadata
 from pipguard.files import walk
 from pipguard.policy import HostPort, Policy
 from pipguard.report import Report
@@ -75,6 +76,12 @@ class HookCall:
     #: (name, URL) requirements the project declares as data, read before any hook ran
     #: (:func:`declared_url_requirements`): the only requirements by URL a result may name
     declared_urls: FrozenSet[Tuple[str, str]] = frozenset()
+    #: build_wheel/build_editable: the ``.dist-info`` directory an earlier prepare-metadata call
+    #: left and pip resolved from (pip passes it as ``metadata_directory``); None: none given
+    prepared_metadata: Optional[str] = None
+    #: what that prepared metadata said, read when its call ended (the installer fills it in):
+    #: the wheel built must say the same (:mod:`pipguard.coremeta`); None: not checked
+    expected_metadata: Optional[CoreMetadata] = None
 
 
 @dataclass(frozen=True)
@@ -122,9 +129,11 @@ def plan_call(argv: Sequence[str], cwd: str, env: Dict[str, str]) -> HookCall:
         output_dir = os.path.realpath(output)
         writes.append(output_dir)
     prepared = kwargs.get("metadata_directory") if hook in ("build_wheel", "build_editable") else None
+    prepared_dir = None
     if isinstance(prepared, str) and os.path.isdir(prepared):
-        reads.append(os.path.realpath(prepared))
-        reads += _prebuilt_wheel_dir(os.path.realpath(prepared))
+        prepared_dir = os.path.realpath(prepared)
+        reads.append(prepared_dir)
+        reads += _prebuilt_wheel_dir(prepared_dir)
     reads += _build_env_roots(env, python)
     name, version = source_identity(cwd)
     # pip's settings (index credentials among them) and the seam's channel never reach a
@@ -137,7 +146,7 @@ def plan_call(argv: Sequence[str], cwd: str, env: Dict[str, str]) -> HookCall:
     clean_env["PYTHONDONTWRITEBYTECODE"] = "1"
     return HookCall(hook, name, version, (python, script, hook, control_dir), cwd, clean_env,
                     control_dir, output_dir, tuple(dict.fromkeys(r for r in reads if r != cwd)),
-                    tuple(dict.fromkeys(writes)), srcguard.snapshot(cwd))
+                    tuple(dict.fromkeys(writes)), srcguard.snapshot(cwd), prepared_metadata=prepared_dir)
 
 
 #: pyproject-hooks' marker (its name before and since 1.0): a prepare-metadata call for a
@@ -362,7 +371,49 @@ def _check_output(call: HookCall, value) -> List[Problem]:
         problems.append(Problem("unexpected-output", f"{call.hook} left something besides its result "
                                 "in its output directory (only the returned artifact is used)",
                                 os.path.join(call.output_dir, extra)))
+    if call.expected_metadata is not None and not problems and call.hook != "build_sdist":
+        built = wheel_metadata(result)
+        if built is not None:  # no readable metadata: pip refuses the wheel itself
+            for difference in call.expected_metadata.differences(built):
+                problems.append(Problem("metadata-mismatch", f"{call.hook}: the wheel's METADATA is not "
+                                        f"what pip resolved from: {difference}", result))
     return problems
+
+
+def built_artifact(call: HookCall) -> Optional[str]:
+    """The artifact a build call returned, in its output directory (a regular file, or None)."""
+    if call.hook not in ("build_wheel", "build_editable", "build_sdist") or call.output_dir is None:
+        return None
+    value = _returned(call)
+    path = None if value is None else os.path.join(call.output_dir, value)
+    return path if path is not None and _regular(path) else None
+
+
+def _returned(call: HookCall) -> Optional[str]:
+    """The plain name a hook call returned in its output.json (read as pipguard), or None."""
+    data = srcguard.read_regular(os.path.join(call.control_dir, "output.json"))
+    try:
+        value = json.loads(data or b"null")
+    except ValueError:
+        return None
+    value = value.get("return_val") if isinstance(value, dict) else None
+    if not isinstance(value, str) or not value or value != os.path.basename(value) or value in (".", ".."):
+        return None
+    return value
+
+
+def prepared_metadata(call: HookCall) -> Optional[Tuple[str, CoreMetadata]]:
+    """``(the .dist-info directory, its metadata)`` a prepare-metadata call returned, read as
+    pipguard (never through a link) right after the call, before pip reads it; None for other
+    hooks and for a call that left none."""
+    if not call.hook.startswith("prepare_metadata") or call.output_dir is None:
+        return None
+    value = _returned(call)
+    if value is None:
+        return None
+    directory = os.path.join(call.output_dir, value)
+    metadata = srcguard.read_regular(os.path.join(directory, "METADATA"))
+    return None if metadata is None else (os.path.realpath(directory), CoreMetadata.parse(metadata))
 
 
 def _direct_references(call: HookCall, requirements: Sequence[str], where: str) -> List[Problem]:

@@ -41,6 +41,7 @@ from pipguard.policyfile import ProjectPolicy
 if TYPE_CHECKING:
     from pipguard import gate  # imported where it scans: tarfile, zipfile, lzma... (~15 ms a start)
     from pipguard.approvals import Approval, Origin
+    from pipguard.coremeta import CoreMetadata
     from pipguard.hookcall import HookResult
     from pipguard.install_result import InstallResult, PackageResult, Phase, Refusal
     from pipguard.policy import HostPort
@@ -142,6 +143,14 @@ class Installer:
         self.refusals: List[Refusal] = []
         self.error: Optional[str] = None     # why pipguard could not go on: exit 2
         self.gate_answered = False
+        #: prepared .dist-info directory -> its metadata, as pip read it (hookcall.prepared_metadata)
+        self.prepared: Dict[str, "CoreMetadata"] = {}
+        #: the fingerprint of each wheel a build_wheel call returned (pip moves it into its
+        #: wheel cache after the call), and of each wheel the gate passed: only those may stay
+        #: in pip's cache; pip's cache directories, as the seam reported them
+        self.built_wheels: List[Tuple[str, int, int]] = []
+        self.passed: Set[Tuple[str, int, int]] = set()
+        self.cache_dirs: Set[str] = set()
         self.prepare_result = prepare_result
         self._closing_done = False  # _ahead's last step, once
         mode = "sandbox" if options.sandbox_only else "install"
@@ -191,7 +200,39 @@ class Installer:
             from pipguard import launcher
 
             launcher.discard_spare()
+            self._evict_ungated()
         return self._finish(returncode)
+
+    def _evict_ungated(self) -> None:
+        """Remove from pip's wheel cache every wheel a build of this run put there that the
+        gate did not pass: a refused wheel (or one pip never got to gate because the install
+        stopped) would otherwise be installed by a later plain ``pip install`` without a build
+        or a gate. pip moves a built wheel from the hook's output directory into its cache
+        (``<cache>/wheels/…``) after the call: it is found there by name and sha256. What the
+        gate passed stays, as pip left it (docs/sandbox.md)."""
+        doubtful = {built for built in self.built_wheels if built not in self.passed}
+        if not doubtful or not self.cache_dirs:
+            return
+        from pipguard.files import walk
+
+        names = {name for name, _, _ in doubtful}
+        for cache in sorted(self.cache_dirs):
+            for root, _dirs, files in walk(os.path.join(cache, "wheels")):
+                for name in names.intersection(files):
+                    path = os.path.join(root, name)
+                    if os.path.islink(path) or not os.path.isfile(path) or _fingerprint(path) not in doubtful:
+                        continue
+                    try:
+                        os.unlink(path)
+                    except OSError as exc:
+                        self.progress(f"could not remove {name} from pip's wheel cache: {exc}")
+                        continue
+                    self.progress(f"{name}: removed from pip's wheel cache (built here, not passed by the gate)")
+                    try:  # pip's origin.json beside it describes the wheel: gone with the last one
+                        if not any(n.endswith(".whl") for n in os.listdir(root)):
+                            os.unlink(os.path.join(root, "origin.json"))
+                    except OSError:
+                        pass
 
     def _finish(self, returncode: int) -> InstallResult:
         if self.refusals:
@@ -288,6 +329,9 @@ class Installer:
         from pipguard.hookcall import declared_url_requirements
 
         directory, name = request.get("dir"), request.get("name")
+        cache_dir = request.get("cache_dir")
+        if isinstance(cache_dir, str) and os.path.isabs(cache_dir):
+            self.cache_dirs.add(cache_dir)
         if isinstance(directory, str):
             directory = os.path.realpath(directory)
             # What the project declares is read once, before any hook of the tree ran: pip
@@ -393,12 +437,23 @@ class Installer:
             observe_reads=self.options.observe_reads, extra_read=self.options.allow_read,
             extra_write=self.options.allow_write, limits=dict(self.options.limits))
         policy = dataclasses.replace(policy, vm_accel=self.options.vm_accel)
+        if call.prepared_metadata is not None and call.prepared_metadata in self.prepared:
+            # the wheel must say what pip resolved from (PEP 517: a backend given the prepared
+            # metadata_directory builds a wheel with the same metadata)
+            call = dataclasses.replace(call, expected_metadata=self.prepared[call.prepared_metadata])
         with _stdio(fds):
             report = run(list(call.argv), policy, cwd=call.cwd, env=call.env)
         if report.error and report.error.startswith("interrupted"):
             self.phases.append(Phase(call.hook, call.package, report))
             raise KeyboardInterrupt  # the sandbox is gone; stop pip too
-        return hookcall.HookResult(call, report, hookcall.check_result(call, report.exit_code == 0))
+        result = hookcall.HookResult(call, report, hookcall.check_result(call, report.exit_code == 0))
+        prepared = hookcall.prepared_metadata(call) if report.exit_code == 0 and not result.problems else None
+        if prepared is not None:
+            self.prepared[prepared[0]] = prepared[1]
+        built = hookcall.built_artifact(call)
+        if built is not None and call.hook == "build_wheel":
+            self.built_wheels.append(_fingerprint(built))
+        return result
 
     def _on_gate(self, request: dict, fds: List[int]) -> dict:
         from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
@@ -442,6 +497,7 @@ class Installer:
                 self.error = f"{name}: the wheel cannot be read: {exc}"
                 return {"decision": "refuse", "message": "pipguard: " + self.error}
             findings += tuple(owned.get(name, ()))
+            findings += self._url_findings(name, path, wheel, bool(calls))
             origin = Origin.from_json(wheel.get("origin")) or self.origins.get(name)
             if origin is not None:
                 self.origins[name] = origin
@@ -473,6 +529,7 @@ class Installer:
         if self.refusal:
             return {"decision": "refuse", "message": f"pipguard: refused: {self.refusal}"}
         if role != "top":
+            self.passed.update(_fingerprint(w["path"]) for w in wheels if isinstance(w, dict))
             return {"decision": "install"}  # a build environment: gated, and needed by the build
         for result in results:
             note = " (with approved findings)" if result.accepted_findings else ""
@@ -480,9 +537,41 @@ class Installer:
         if self.options.probe_imports and wheels:
             if self._probe([w["path"] for w in wheels]):
                 return {"decision": "refuse", "message": f"pipguard: refused: {self.refusal}"}
+        self.passed.update(_fingerprint(w["path"]) for w in wheels if isinstance(w, dict))
         if self.options.sandbox_only:
             return {"decision": "stop"}
         return {"decision": "install"}
+
+    def _url_findings(self, name: str, path: str, wheel: dict, built_here: bool) -> Tuple["gate.Finding", ...]:
+        """Requirements by URL in a wheel's own METADATA, which pip fetches unsandboxed (the
+        next run, from its cache, for a wheel pip already holds). A wheel built in this run may
+        name only the URLs its project declared (:func:`pipguard.hookcall.declared_url_requirements`);
+        one from pip's wheel cache was built by a run pipguard cannot vouch for (high); one
+        downloaded is what its author published, fetched as plain pip would (medium: reported)."""
+        from pipguard import gate
+        from pipguard.coremeta import direct_references, wheel_metadata
+
+        metadata = wheel_metadata(path)
+        if metadata is None:
+            return ()
+        declared = set()
+        for source in self.sources.values():
+            if source.name == name:
+                declared |= set(source.declared_urls)
+        cached = bool(wheel.get("cached"))
+        out = []
+        for dep, url in direct_references(metadata.requires_dist):
+            if (dep, url) in declared and not cached:
+                continue
+            if built_here or cached:
+                severity, how = gate.HIGH, ("from pip's wheel cache, built by an earlier run" if cached
+                                            else "built here, and its project did not declare it")
+            else:
+                severity, how = gate.MEDIUM, "as published by its author; pip fetches it as it would without pipguard"
+            out.append(gate.Finding(name, os.path.basename(path), severity, "direct-reference", "METADATA",
+                                    None, f"Requires-Dist names a URL that pip fetches outside the sandbox ({how})",
+                                    f"{dep} @ {url}" if dep else url))
+        return tuple(out)
 
     def _ownership(self, request: dict) -> Dict[str, List["gate.Finding"]]:
         """Findings of wheels that would overwrite files they do not own, by
@@ -640,6 +729,13 @@ def _redacted(args: Sequence[str]) -> List[str]:
 
     return redact_credentials(args)
 
+
+
+def _fingerprint(path: str) -> Tuple[str, int, int]:
+    """A wheel file as pip moves it (a rename, or a copy that keeps the times): name, size and
+    modification time -- cheap, where hashing every built wheel would cost each build."""
+    st = os.stat(path)
+    return os.path.basename(path), st.st_size, st.st_mtime_ns
 
 
 def _seen(event: Event) -> str:

@@ -29,11 +29,12 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 from packaging.utils import canonicalize_name
 
 from pipguard.errors import PipError, UsageError
+from pipguard.wheelpaths import ROOT, SCHEME_KEYS, place, script_names
 
 __all__ = ["TargetLayout", "WheelToInstall", "check_ownership", "installed_owners", "target_layout"]
 
 #: What the scheme keys of a wheel's ``<name>.data/<key>/`` mean (pip's SCHEME_KEYS).
-SCHEMES = ("purelib", "platlib", "scripts", "data", "headers")
+SCHEMES = SCHEME_KEYS
 
 
 @dataclass(frozen=True)
@@ -180,25 +181,25 @@ def _wheel_files(path: str, dirs: Dict[str, str]) -> Tuple[str, List[Tuple[str, 
         root = dirs["purelib"] if purelib else dirs["platlib"]
         out: List[Tuple[str, str]] = []
         for member in names:
-            if member.endswith("/"):
-                continue
-            top, _, rest = member.partition("/")
-            scheme, _, sub = rest.partition("/")
-            if top.endswith(".data") and rest and scheme in SCHEMES and sub:
-                base = dirs[scheme]
-                if scheme == "headers":
-                    base = os.path.join(base, name)
-                out.append((_norm(base, sub), member))
+            placed = place(member)
+            if placed is None or placed.error is not None:
+                continue  # a directory; or a member pip refuses (the gate reports it)
+            if placed.scheme == ROOT:
+                out.append((_norm(root, placed.path), member))
             else:
-                out.append((_norm(root, member), member))
+                base = dirs[placed.scheme]
+                if placed.scheme == "headers":
+                    base = os.path.join(base, name)
+                out.append((_norm(base, placed.path), member))
         ep = f"{info}/entry_points.txt"
         if ep in names:
-            for section, script in _console_scripts(zf.read(ep).decode("utf-8", "replace")):
-                out.append((_norm(dirs["scripts"], script), f"[{section}] {script} ({ep})"))
+            for section, script, value in _console_scripts(zf.read(ep).decode("utf-8", "replace")):
+                for written in script_names(script, value):  # what each supported pip writes
+                    out.append((_norm(dirs["scripts"], written), f"[{section}] {script} ({ep})"))
     return name, out
 
 
-def _console_scripts(text: str) -> Iterator[Tuple[str, str]]:
+def _console_scripts(text: str) -> Iterator[Tuple[str, str, str]]:
     import configparser
     parser = configparser.ConfigParser(delimiters=("=",), interpolation=None, strict=False)
     parser.optionxform = str  # type: ignore[assignment,method-assign]  # script names keep their case
@@ -209,7 +210,7 @@ def _console_scripts(text: str) -> Iterator[Tuple[str, str]]:
     for section in ("console_scripts", "gui_scripts"):
         if parser.has_section(section):
             for script in parser.options(section):
-                yield section, script.strip()
+                yield section, script.strip(), (parser.get(section, script) or "").strip()
 
 
 def check_ownership(wheels: Sequence[WheelToInstall], target: TargetLayout) -> list:

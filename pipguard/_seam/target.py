@@ -446,6 +446,9 @@ def _patch_install(module, role):
     def run_recording_target(self, options, args):
         # where a --target install ends up (pip installs into a temporary home first)
         _STATE["target_dir"] = getattr(options, "target_dir", None)
+        # where pip keeps the wheels it builds: pipguard evicts those the gate did not pass
+        cache_dir = getattr(options, "cache_dir", None)
+        _STATE["cache_dir"] = os.path.realpath(cache_dir) if isinstance(cache_dir, str) and cache_dir else None
         return run(self, options, args)
 
     command.run = run_recording_target
@@ -461,14 +464,15 @@ def _patch_prepare(module):
         source_dir = getattr(req, "source_dir", None)
         if isinstance(source_dir, str) and not getattr(req, "is_wheel", False):
             ask({"type": "source", "dir": os.path.realpath(source_dir),
-                 "name": getattr(req, "name", None), "origin": _origin(req)})
+                 "name": getattr(req, "name", None), "origin": _origin(req),
+                 "cache_dir": _STATE.get("cache_dir")})
         return original(req, *args, **kwargs)
 
     _get_prepared_distribution.__wrapped__ = original
     module._get_prepared_distribution = _get_prepared_distribution
 
 
-_STATE = {"target_dir": None}
+_STATE = {"target_dir": None, "cache_dir": None}
 
 
 def _refuse_command(command, why):
@@ -488,6 +492,8 @@ def _describe(requirement):
         "path": path,
         "editable": bool(getattr(requirement, "editable", False)),
         "is_wheel": bool(getattr(requirement, "is_wheel", False)),
+        # a wheel from pip's wheel cache (built by an earlier run: pipguard's gate applies anew)
+        "cached": getattr(requirement, "cached_wheel_source_link", None) is not None,
         "user_supplied": bool(getattr(requirement, "user_supplied", False)),
         "reinstall": bool(getattr(requirement, "should_reinstall", False)),
         # the project an editable wheel was built from (its finder may point only there)

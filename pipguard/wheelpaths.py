@@ -1,0 +1,103 @@
+"""Where pip writes each member of a wheel, and which commands it makes: pip's own reading.
+
+A wheel member's name is not where it lands. pip (``operations/install/wheel.py``, the same code
+from 23.2, the oldest pip pipguard supports, through 26.3) splits members by their *raw* first
+component (``<name>.data/`` or not), then writes ``os.path.normpath(member)`` below the scheme's
+directory: ``./x.pth``, ``a//b`` and ``<name>.data/purelib//x.pth`` all land as their plain
+spelling (``x.pth`` at the top of site-packages: a start-up hook). Every rule that asks "where
+does this land" (the gate's ``.pth``, ``sitecustomize``, script shadowing and data-scheme rules,
+the ownership check) asks :func:`place`, once per member, so no spelling skips a rule.
+
+Console scripts differ between pips: pip <= 25 (distlib 0.3.x) finds the name with
+``ENTRY_RE.search`` — the trailing run of ``[\\w.+-]`` before `` =``, so ``sub/../git`` makes
+``git``; newer distlib takes the whole name and pip 26 refuses one that leaves the scripts
+directory (after writing the wheel's files). :func:`script_names` gives every name any supported
+pip may write.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+__all__ = ["SCHEME_KEYS", "Placement", "place", "script_names"]
+
+#: The scheme keys of ``<name>.data/<key>/`` (pip's ``SCHEME_KEYS``).
+SCHEME_KEYS = ("purelib", "platlib", "scripts", "data", "headers")
+#: The wheel's root: pip writes it to purelib or platlib (``Root-Is-Purelib``), a site directory
+#: either way.
+ROOT = "root"
+#: Schemes whose directory is a site-packages directory.
+SITE_SCHEMES = (ROOT, "purelib", "platlib")
+
+# distlib 0.3.6-0.3.9 (pip 23.2-25.x): ENTRY_RE.search(f"{name} = {value}")
+_OLD_DISTLIB_NAME = re.compile(r"(?P<name>(\w|[-.+])+)\s*=\s*(?P<callable>(\w+)([:\.]\w+)*)")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where pip writes one file member of a wheel.
+
+    ``scheme``: :data:`ROOT` or one of :data:`SCHEME_KEYS`; ``path``: the normalised POSIX path
+    below that scheme's directory (what pip joins to it); ``script``: a ``.data/scripts/`` member,
+    which pip writes as a script (its ``#!python`` line rewritten); ``error``: why pip refuses the
+    member (it raises mid-install: the members written before it stay), ``None`` when it writes it.
+    """
+
+    member: str
+    scheme: str
+    path: str
+    script: bool = False
+    error: Optional[str] = None
+
+    @property
+    def site_path(self) -> Optional[str]:
+        """The path below a site-packages directory, or ``None`` when it lands elsewhere."""
+        return self.path if self.scheme in SITE_SCHEMES and self.error is None else None
+
+
+def place(member: str) -> Optional[Placement]:
+    """Where pip writes wheel member ``member``; ``None`` for a directory entry (pip skips
+    names ending in ``/``)."""
+    if member.endswith("/"):
+        return None
+    normed = posixpath.normpath(member)
+    if not member.split("/", 1)[0].endswith(".data"):
+        return Placement(member, ROOT, normed, error=_escapes(normed))
+    parts = normed.split("/", 2)
+    if len(parts) != 3:
+        return Placement(member, "data", normed,
+                         error="a .data member must be named '<name>.data/<scheme>/<path>'")
+    _, scheme, sub = parts
+    if scheme not in SCHEME_KEYS:
+        return Placement(member, scheme, sub, error=f"unknown scheme {scheme!r} (pip knows "
+                                                    f"{', '.join(SCHEME_KEYS)})")
+    raw = member.split("/", 2)
+    script = len(raw) > 2 and raw[1] == "scripts"  # pip decides this on the raw name too
+    return Placement(member, scheme, sub, script=script, error=_escapes(sub))
+
+
+def _escapes(path: str) -> Optional[str]:
+    if path.startswith("/"):
+        return "absolute path"
+    if path == ".." or path.startswith("../"):
+        return "'..' leaves the scheme directory"
+    if path == ".":
+        return "names the scheme directory itself"
+    return None
+
+
+def script_names(name: str, value: str) -> Tuple[str, ...]:
+    """The file names (below the scripts directory, normalised) that the supported pips may write
+    for the console or GUI script ``name = value``: the whole name (pip >= 26) and distlib's older
+    search for a name (pip <= 25). Empty when neither writes one."""
+    out = []
+    whole = posixpath.normpath(name)
+    if whole not in (".", "..") and not whole.startswith(("/", "../")):
+        out.append(whole)
+    found = _OLD_DISTLIB_NAME.search(f"{name} = {value}")
+    if found is not None:
+        out.append(found.group("name"))
+    return tuple(dict.fromkeys(out))

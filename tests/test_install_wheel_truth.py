@@ -1,0 +1,109 @@
+"""The gate judges what pip really installs (issue 33): member names as pip normalises them, a
+built wheel that says what pip resolved from, and nothing a refused build made left in pip's
+wheel cache. Real pip, real sdists built here, both routes (loopback index with credentials,
+--find-links)."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from support import build_sdist
+from support.handbackend import write_hand_project
+from support.pipinstall import listing, make_venv, pg_install, pip_list
+from support.wheels import make_wheel
+
+HOOK_PTH = "import sys\n"  # a start-up hook line (harmless), which the gate refuses
+
+
+def _cached_wheels(home, name):
+    cache = Path(home.path) / ".cache" / "pip" / "wheels"
+    return sorted(p for p in cache.rglob("*.whl") if p.name.startswith(name)) if cache.exists() else []
+
+
+def _refusals(report, rule):
+    return [r for r in report["refusals"] if any(s.startswith(rule) or f"{rule}:" in s or f"({rule})" in s
+                                                  for s in r["seen"])]
+
+
+@pytest.mark.parametrize("form", ["downloaded", "built"])
+def test_a_member_spelled_to_skip_the_gate_is_refused(form, tmp_path, fake_home, route, target):
+    """`./x.pth` lands as site-packages/x.pth: a start-up hook. Downloaded (a wheel on the index)
+    and built (the quiet form: an sdist whose build ships it in the wheel it returns)."""
+    extra = route.add(tmp_path / "extra")
+    members = {"./hand_hook.pth": HOOK_PTH, "handpkg/__init__.py": ""}
+    if form == "downloaded":
+        make_wheel(extra, {k: v.encode() for k, v in members.items()}, name="handpkg")
+    else:
+        build_sdist(write_hand_project(tmp_path / "src", "handpkg", members=members), extra)
+    before = listing(target)
+    proc, report = pg_install(["handpkg"], home=fake_home, target=target, route=route, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert listing(target) == before
+    assert not list(target.glob("lib/python*/site-packages/hand_hook.pth"))
+    assert report is not None, proc.stderr[-3000:]
+    assert _refusals(report, "pth-exec"), report["refusals"]
+    assert not _cached_wheels(fake_home, "handpkg"), proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("built_requires", [["extradep"], ["leak @ http://127.0.0.1:{port}/data"]],
+                         ids=["name", "url"])
+def test_a_wheel_unlike_its_prepared_metadata_is_refused(built_requires, tmp_path, fake_home, route, target,
+                                                          loopback_tcp):
+    """prepare_metadata says no dependency (what pip resolves); build_wheel's METADATA adds one —
+    by name (installed from pip's cache next time) or by URL carrying data (fetched by pip,
+    unsandboxed, the next time). Plain pip installs the wheel; pipguard refuses at the build."""
+    extra = route.add(tmp_path / "extra")
+    requires = [r.format(port=loopback_tcp.port) for r in built_requires]
+    build_sdist(write_hand_project(tmp_path / "src", "handmeta", members={"handmeta/__init__.py": ""},
+                                   built_requires=requires), extra)
+    before = listing(target)
+    proc, report = pg_install(["handmeta"], home=fake_home, target=target, route=route, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert listing(target) == before
+    assert any(r["kind"] == "output" and any("metadata-mismatch" in s for s in r["seen"])
+               for r in report["refusals"]), report["refusals"]
+    assert not _cached_wheels(fake_home, "handmeta")
+    assert not loopback_tcp.received
+    # plain pip, same arguments: installs the wheel whose metadata it never resolved
+    env = fake_home.env(route.env())
+    plain = subprocess.run([str(target / "bin" / "python"), "-m", "pip", "install", *route.args(), "handmeta"],
+                           env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    assert "handmeta" in pip_list(target)
+
+
+def test_an_honest_build_keeps_its_wheel_in_pips_cache(tmp_path, fake_home, links, target):
+    """What the gate passed stays in pip's cache, as pip left it."""
+    extra = links.add(tmp_path / "extra")
+    build_sdist(write_hand_project(tmp_path / "src", "handok", members={"handok/__init__.py": "X = 1\n"},
+                                   prepared_requires=["six"]), extra)
+    proc, report = pg_install(["--no-deps", "handok"], home=fake_home, target=target, route=links,
+                              cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "handok" in pip_list(target)
+    assert len(_cached_wheels(fake_home, "handok")) == 1
+
+
+def test_a_url_in_a_cached_wheel_is_refused(tmp_path, fake_home, links, wheelhouse):
+    """A wheel an earlier plain pip built and cached, whose METADATA names a URL its prepared
+    metadata did not: pipguard gates it like any wheel, and the URL refuses it (high)."""
+    extra = links.add(tmp_path / "extra")
+    dep = make_wheel(tmp_path, {"leakdep/__init__.py": b""}, name="leakdep")
+    requires = [f"leakdep @ {Path(dep).as_uri()}"]
+    build_sdist(write_hand_project(tmp_path / "src", "handcache", members={"handcache/__init__.py": ""},
+                                   built_requires=requires), extra)
+    first = make_venv(tmp_path / "first", "bundled", wheelhouse)
+    env = fake_home.env()
+    plain = subprocess.run([str(first / "bin" / "python"), "-m", "pip", "install", *links.args(), "handcache"],
+                           env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    assert _cached_wheels(fake_home, "handcache"), "plain pip did not cache its build"
+    target = make_venv(tmp_path / "target", "bundled", wheelhouse)
+    before = listing(target)
+    proc, report = pg_install(["handcache"], home=fake_home, target=target, route=links, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert listing(target) == before
+    found = [f for p in report["packages"] for f in p["findings"] if f["rule"] == "direct-reference"]
+    assert found and found[0]["severity"] == "high" and "cache" in found[0]["message"], report["packages"]
