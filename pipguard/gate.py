@@ -26,7 +26,7 @@ import tarfile
 import zipfile
 import zlib
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
 
 from pipguard import pthshapes, wheelpaths
 from pipguard.errors import PipError, UsageError
@@ -229,6 +229,9 @@ class _PthContext:
     owner: str
     editable_project: Optional[str]
     root_module: Callable[[str], Optional[bytes]]
+    #: the site-level directories the wheel ships files in (``a``, ``a/b``...): an nspkg loader
+    #: may only register a namespace the wheel itself fills
+    package_dirs: FrozenSet[str] = frozenset()
 
 
 def _inside(path: str, root: str) -> bool:
@@ -249,6 +252,14 @@ def _judge_exec_line(ctx: _PthContext, line: str) -> Tuple[str, str]:
     if shape.owners and ctx.owner not in shape.owners:
         return CRITICAL, (f"the {shape.key} hook of {'/'.join(shape.owners)} in a wheel that is not "
                           f"{'/'.join(shape.owners)}: it runs at every interpreter start")
+    if shape.key == "nspkg":
+        namespace = found.details["namespace"]
+        if namespace.split(".")[0] in stdlib_modules():
+            return CRITICAL, (f"nspkg hook registering the standard library's {namespace!r} at every "
+                              "interpreter start: it takes over that module's imports")
+        if namespace.replace(".", "/") not in ctx.package_dirs:
+            return CRITICAL, (f"nspkg hook for the namespace {namespace!r}, which this wheel ships no "
+                              "files in: it takes over another package's imports")
     if shape.editable and ctx.editable_project is None:
         return CRITICAL, (f"{shape.key} hook in a wheel that was not built editable from a project you "
                           "gave: it runs at every interpreter start")
@@ -272,6 +283,34 @@ def _judge_exec_line(ctx: _PthContext, line: str) -> Tuple[str, str]:
             return CRITICAL, (f"{shape.key} hook maps packages outside the project "
                               f"{ctx.editable_project}: {outside[0]}")
     return INFO, f"recognised start-up hook ({shape.key}): {does}"
+
+
+def stdlib_modules() -> FrozenSet[str]:
+    """Top-level module names of the standard library (``sys.stdlib_module_names``; on Python
+    3.9, the names in the stdlib directories and the built-in modules)."""
+    global _STDLIB
+    if _STDLIB is None:
+        import sys
+
+        names = getattr(sys, "stdlib_module_names", None)
+        if names is None:  # pragma: no cover - Python 3.9
+            import sysconfig
+
+            found = set(sys.builtin_module_names)
+            for key in ("stdlib", "platstdlib"):
+                directory = sysconfig.get_paths()[key]
+                for sub in (directory, os.path.join(directory, "lib-dynload")):
+                    try:
+                        found.update(n.split(".", 1)[0] for n in os.listdir(sub))
+                    except OSError:
+                        pass
+            found.discard("site-packages")
+            names = found
+        _STDLIB = frozenset(names)
+    return _STDLIB
+
+
+_STDLIB: Optional[FrozenSet[str]] = None
 
 
 def _check_pth(col: _Collector, member: str, data: bytes, ctx: _PthContext) -> None:
@@ -459,7 +498,11 @@ def _scan_wheel_zip(zf: zipfile.ZipFile, artifact: str,
         info = root_modules.get(module)
         return None if info is None else _read_limited(zf, info, MAX_PTH_BYTES)
 
-    pth_ctx = _PthContext(owner, editable_project, root_module)
+    package_dirs: Set[str] = set()
+    for placed in placements:
+        parts = (placed.site_path or "").split("/")[:-1]
+        package_dirs.update("/".join(parts[:n]) for n in range(1, len(parts) + 1))
+    pth_ctx = _PthContext(owner, editable_project, root_module, frozenset(package_dirs))
 
     # Rule 4: path traversal, symlinks; rule 5 (part): duplicate members.
     seen: Set[str] = set()

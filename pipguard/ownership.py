@@ -158,6 +158,42 @@ def _installed_name(info: str, entry: str) -> str:
     return canonicalize_name(name or entry[:-len(".dist-info")].rsplit("-", 1)[0])
 
 
+def import_name(site_path: str) -> Optional[str]:
+    """The top-level name ``import`` finds for a path below a site directory (``pkg/x.py`` and
+    ``mod.py``, ``mod.cpython-312-x86_64-linux-gnu.so``: ``pkg``, ``mod``); None for what no
+    import finds there (``x.dist-info/``, ``x.pth``, ``__pycache__``)."""
+    first, _, rest = site_path.partition("/")
+    if rest:
+        return first if first.isidentifier() and first != "__pycache__" else None
+    stem, dot, suffix = first.partition(".")
+    importable = suffix in ("py", "pyc", "pyw") or suffix.endswith((".so", ".pyd")) or suffix in ("so", "pyd")
+    return stem if dot and importable and stem.isidentifier() else None
+
+
+def _roots_present(dirs: Dict[str, str], installed: Dict[str, str]) -> Dict[str, Dict[str, Tuple[str, bool]]]:
+    """import name -> {top-level entry of a site directory: (its owner, is a directory)} for
+    what the target holds now (owner: the distribution whose RECORD lists a file of it, else
+    ``""``: the environment)."""
+    owner_of_root: Dict[str, str] = {}
+    for path, owner in installed.items():
+        for site in (dirs["purelib"], dirs["platlib"]):
+            if path.startswith(site.rstrip(os.sep) + os.sep):
+                owner_of_root.setdefault(os.path.join(site, os.path.relpath(path, site).split(os.sep)[0]), owner)
+    out: Dict[str, Dict[str, Tuple[str, bool]]] = {}
+    for site in dict.fromkeys((dirs["purelib"], dirs["platlib"])):
+        try:
+            entries = os.listdir(site)
+        except OSError:
+            continue
+        for entry in entries:
+            root = os.path.join(site, entry)
+            is_dir = os.path.isdir(root) and not os.path.islink(root)
+            name = import_name(entry + ("/x" if is_dir else ""))
+            if name is not None:
+                out.setdefault(name, {})[root] = (owner_of_root.get(root, ""), is_dir)
+    return out
+
+
 def _wheel_files(path: str, dirs: Dict[str, str]) -> Tuple[str, List[Tuple[str, str]]]:
     """The wheel's project and ``[(destination, what puts it there)]``."""
     try:
@@ -226,11 +262,13 @@ def check_ownership(wheels: Sequence[WheelToInstall], target: TargetLayout) -> l
 
     dirs = _real_dirs(target)
     installed = installed_owners(target)
+    present = _roots_present(dirs, installed)
     claimed: Dict[str, Tuple[str, str]] = {}  # destination -> (project, wheel file name)
     findings: List[Finding] = []
     for wheel in wheels:
         artifact = os.path.basename(wheel.path)
         name, files = _wheel_files(wheel.path, dirs)
+        findings += _shadowing(name, artifact, files, dirs, present)
         for dest, source in files:
             owner = installed.get(dest)
             other: Optional[str] = None
@@ -247,3 +285,38 @@ def check_ownership(wheels: Sequence[WheelToInstall], target: TargetLayout) -> l
                     name, artifact, CRITICAL, "overwrites-other", source, None,
                     f"{name} would overwrite {dest}, owned by {other}", dest))
     return findings
+
+
+def _shadowing(name: str, artifact: str, files: List[Tuple[str, str]], dirs: Dict[str, str],
+               present: Dict[str, Dict[str, Tuple[str, bool]]]) -> list:
+    """Critical ``shadows-other`` for each top-level entry the wheel would put beside another
+    distribution's entry of the same import name (``othpkg/`` beside ``othpkg.py``: Python's
+    finder takes the package directory, then extension modules, then ``.py``, so the new one
+    can take over every ``import othpkg`` without overwriting a file). Two directories of one
+    name are a namespace shared as designed (and their files meet the overwrite check); an entry
+    of the wheel's own distribution (an upgrade) is fine. ``present`` gains the wheel's roots, so
+    a second wheel of the same install is judged against the first."""
+    from pipguard.gate import CRITICAL, Finding
+
+    out = []
+    sites = dict.fromkeys((dirs["purelib"], dirs["platlib"]))
+    mine: Dict[str, Tuple[str, bool, str]] = {}  # root -> (import name, is a directory, member)
+    for dest, source in files:
+        for site in sites:
+            if dest.startswith(site.rstrip(os.sep) + os.sep):
+                rel = os.path.relpath(dest, site)
+                top = import_name(rel)
+                if top is not None:
+                    mine.setdefault(os.path.join(site, rel.split(os.sep)[0]), (top, os.sep in rel, source))
+    for root, (top, is_dir, source) in sorted(mine.items()):
+        for other, (owner, other_is_dir) in sorted(present.get(top, {}).items()):
+            if other == root or owner == name or (is_dir and other_is_dir):
+                continue
+            who = f"installed distribution {owner}" if owner else "the environment (no RECORD lists it)"
+            out.append(Finding(name, artifact, CRITICAL, "shadows-other", source, None,
+                               f"{name} would install {os.path.basename(root)}{'/' if is_dir else ''} beside "
+                               f"{os.path.basename(other)} of {who}: it takes over `import {top}` without "
+                               "overwriting a file", root))
+    for root, (top, is_dir, _source) in mine.items():
+        present.setdefault(top, {}).setdefault(root, (name, is_dir))
+    return out

@@ -346,14 +346,17 @@ def test_near_miss_hooks_are_critical(tmp_path, hook_wheels, pin, edit):
     crafted = edit(line)
     assert crafted != line
     name = pin.split("==")[0]
-    whl = make_wheel(tmp_path, {member: (crafted + "\n").encode()}, name=name.replace("-", "_"),
+    # the files of the namespace an nspkg line registers come with it (a wheel fills its own)
+    own = {"google/protobuf/__init__.py": b""} if name == "protobuf" else {}
+    whl = make_wheel(tmp_path, {member: (crafted + "\n").encode(), **own}, name=name.replace("-", "_"),
                      meta_name=name)
     (f,) = only(scan_wheel(whl), "pth-exec")
     assert f.severity == "critical"
     # the released line in the same crafted wheel is recognised: only the edit made it critical
     other = tmp_path / "orig"
     other.mkdir()
-    orig = make_wheel(other, {member: (line + "\n").encode()}, name=name.replace("-", "_"), meta_name=name)
+    orig = make_wheel(other, {member: (line + "\n").encode(), **own}, name=name.replace("-", "_"),
+                      meta_name=name)
     assert [g.severity for g in scan_wheel(orig)] == ["info"]
 
 
@@ -374,9 +377,24 @@ def test_nspkg_lines_any_distribution_may_ship(tmp_path, hook_wheels):
     """A namespace loader imports only the standard library: recognised in any wheel, by content
     (a different file name changes nothing)."""
     member, line = _hook_line(hook_wheels, "protobuf==3.20.3")
-    whl = make_wheel(tmp_path, {"whatever.pth": (line + "\n").encode()}, name="other")
+    whl = make_wheel(tmp_path, {"whatever.pth": (line + "\n").encode(), "google/other/__init__.py": b""},
+                     name="other")
     (f,) = scan_wheel(whl)
     assert (f.severity, f.rule) == ("info", "pth-known-hook") and "namespace package google" in f.message
+
+
+@pytest.mark.parametrize("namespace, files", [("google", {}), ("email", {"email/evil.py": b""}),
+                                              ("json", {"json/__init__.py": b""})])
+def test_an_nspkg_line_binds_only_the_wheels_own_namespace(namespace, files, tmp_path, hook_wheels):
+    """Issue 33: setuptools' loader registers its namespace in sys.modules at every start: for a
+    namespace the wheel ships nothing in (another package's), or a standard-library name
+    (`email`: site-packages/email/* then loads instead of the stdlib), it takes over imports."""
+    member, line = _hook_line(hook_wheels, "protobuf==3.20.3")
+    line = line.replace("'google'", repr(namespace))
+    assert repr(namespace) in line
+    whl = make_wheel(tmp_path, {"x-nspkg.pth": (line + "\n").encode(), **files}, name="other")
+    found = [f for f in scan_wheel(whl) if f.rule == "pth-exec"]
+    assert found and found[0].severity == "critical", scan_wheel(whl)
 
 
 # --- setuptools' own .pth -------------------------------------------------------------------------

@@ -4,6 +4,7 @@ wheel cache. Real pip, real sdists built here, both routes (loopback index with 
 --find-links)."""
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -107,3 +108,45 @@ def test_a_url_in_a_cached_wheel_is_refused(tmp_path, fake_home, links, wheelhou
     assert listing(target) == before
     found = [f for p in report["packages"] for f in p["findings"] if f["rule"] == "direct-reference"]
     assert found and found[0]["severity"] == "high" and "cache" in found[0]["message"], report["packages"]
+
+
+@pytest.mark.parametrize("form", ["downloaded", "built"])
+def test_a_package_beside_another_distributions_module_is_refused(form, tmp_path, fake_home, route, target):
+    """`othmod/__init__.py` beside another distribution's `othmod.py` overwrites no file, yet
+    Python's finder takes the package: every `import othmod` runs the new code."""
+    extra = route.add(tmp_path / "extra")
+    make_wheel(extra, {"othmod.py": b"VALUE = 'original'\n"}, name="othmod")
+    env = fake_home.env(route.env())
+    plain = subprocess.run([str(target / "bin" / "python"), "-m", "pip", "install", *route.args(), "othmod"],
+                           env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    members = {"othmod/__init__.py": "VALUE = 'taken over'\n", "takeover/__init__.py": ""}
+    if form == "downloaded":
+        make_wheel(extra, {k: v.encode() for k, v in members.items()}, name="takeover")
+    else:
+        build_sdist(write_hand_project(tmp_path / "src", "takeover", members=members), extra)
+    before = listing(target)
+    proc, report = pg_install(["takeover"], home=fake_home, target=target, route=route, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert listing(target) == before
+    found = [f for p in report["packages"] for f in p["findings"] if f["rule"] == "shadows-other"]
+    assert found and found[0]["severity"] == "critical", report["packages"]
+
+
+def test_namespace_packages_shared_by_two_distributions_pass(tmp_path, wheelhouse):
+    """Two distributions filling one PEP 420 namespace (`nsx/a`, `nsx/b`) are no shadowing."""
+    from pipguard import gate
+    from pipguard.ownership import target_layout
+
+    venv = make_venv(tmp_path / "venv", "bundled", wheelhouse)
+    first = make_wheel(tmp_path, {"nsx/a/__init__.py": b""}, name="nsx_a")
+    env = {"PATH": os.environ["PATH"], "PIP_CONFIG_FILE": os.devnull}
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-index", str(first)],
+                   check=True, env=env)
+    (tmp_path / "b").mkdir()
+    (tmp_path / "c").mkdir()
+    second = make_wheel(tmp_path / "b", {"nsx/b/__init__.py": b""}, name="nsx_b")
+    third = make_wheel(tmp_path / "c", {"nsx/c/__init__.py": b""}, name="nsx_c")
+    layout = target_layout(str(venv / "bin" / "python"))
+    assert gate.check_ownership([gate.WheelToInstall(str(second)), gate.WheelToInstall(str(third))],
+                                layout) == []
