@@ -97,6 +97,24 @@ def snapshot(roots: Iterable[str], missed: Optional[List[str]] = None) -> Snapsh
     return out
 
 
+def at_least(roots: Iterable[str], size: int) -> List[Tuple[str, int]]:
+    """(path, size) of every regular file under ``roots`` of ``size`` bytes or more: what
+    reached the write limit in a root that :func:`snapshot` does not list (a build's own tree);
+    one ``lstat`` a file, nothing hashed."""
+    out: List[Tuple[str, int]] = []
+    for root in roots:
+        for dirpath, _dirnames, filenames in walk(root):
+            for name in filenames:
+                path = os.path.join(dirpath, name)
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode) and st.st_size >= size:
+                    out.append((path, st.st_size))
+    return out
+
+
 def sha256(path: str) -> str:
     import hashlib  # not at start-up: loading OpenSSL costs ~2 ms, most runs write nothing
 
