@@ -79,26 +79,8 @@ class Stripped:
 
 
 def _entries(roots: Iterable[str]) -> Iterator[Tuple[str, os.stat_result]]:
-    """Every entry below ``roots`` (the roots too), parents before children,
-    never following a link; not what lies on another filesystem."""
     for root in roots:
-        try:
-            top = os.lstat(root)
-        except OSError:
-            continue
-        yield root, top
-        for dirpath, dirnames, filenames in files.walk(root):
-            for name in dirnames + filenames:
-                path = os.path.join(dirpath, name)
-                try:
-                    st = os.lstat(path)
-                except OSError:
-                    continue
-                if st.st_dev != top.st_dev:
-                    if stat.S_ISDIR(st.st_mode):
-                        dirnames.remove(name)  # a mount inside: not this tree
-                    continue
-                yield path, st
+        yield from files.entries(root)
 
 
 def _acl(path: str, name: str) -> Optional[Tuple[acl.Entry, ...]]:
