@@ -33,7 +33,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 from pipguard import acl, files, rules
@@ -65,6 +65,8 @@ class Before:
 
     known: frozenset
     kept: Dict[Inode, Kept]
+    #: every named ACL entry the roots had, (tag, id) -> the widest perm: what the user granted
+    granted: Dict[Tuple[int, int], int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,11 @@ def snapshot(roots: Iterable[str]) -> Before:
                 kept[key] = _state(path, st, names)
             except OSError:
                 continue
-    return Before(frozenset(known), kept)
+    granted: Dict[Tuple[int, int], int] = {}
+    for state in kept.values():
+        for e in _named(state.access) + _named(state.default):
+            granted[(e.tag, e.id)] = granted.get((e.tag, e.id), 0) | e.perm
+    return Before(frozenset(known), kept, granted)
 
 
 def _named(entries: Optional[Tuple[acl.Entry, ...]]) -> Tuple[acl.Entry, ...]:
@@ -213,18 +219,21 @@ def restore(roots: Iterable[str], before: Before, since: float, *,
             continue
         try:
             out += _put_back(path, st, want, existed, want_of.get(os.path.dirname(path), NOTHING),
-                             clear_world_write)
+                             clear_world_write, before.granted)
         except OSError:
             continue
     return out
 
 
 def _put_back(path: str, st: os.stat_result, want: Kept, existed: bool, parent: Kept,
-              clear_world_write: bool) -> List[Stripped]:
+              clear_world_write: bool, granted: Dict[Tuple[int, int], int]) -> List[Stripped]:
     out: List[Stripped] = []
     now = _state(path, st)
     access = now.access
-    inherited = not existed and _inherited(access, parent.default)
+    # a new file may also carry entries the user's own files had (a build's shutil.copy2 copies
+    # the source's ACL): no one the user did not grant, no more than granted
+    inherited = not existed and (_inherited(access, parent.default) or all(
+        e.perm & ~granted.get((e.tag, e.id), 0) == 0 for e in _named(access)))
     if _grants(access) != _grants(want.access) and not inherited:
         _put_access(path, access or acl.from_mode(st.st_mode), want.access)
         if _widened(access, want.access):

@@ -441,11 +441,20 @@ def _normalise_owned(root: str, uid: int, owner: Tuple[int, int], notes: List[st
                                    follow_symlinks=False)
             mode = stat.S_IMODE(st.st_mode)
             clean = mode & ~rules.CLEARED_MODES
+            if stat.S_ISDIR(st.st_mode) and mode & stat.S_ISGID and _setgid_dir(os.path.dirname(path)):
+                clean |= stat.S_ISGID  # inherited from a setgid directory, as the kernel does (a shared dir)
             os.chmod(path, clean)
             if clean != mode:
                 notes.append(f"{path}: mode {mode:o} -> {clean:o}")
         except OSError:
             continue
+
+
+def _setgid_dir(path: str) -> bool:
+    try:
+        return bool(os.lstat(path).st_mode & stat.S_ISGID)
+    except OSError:
+        return False
 
 
 def _mtimes(directories: Sequence[str]) -> Dict[str, int]:

@@ -230,3 +230,38 @@ def test_install_of_a_local_project_puts_back_acls(tmp_path, fake_home, links, t
     if backend.ns:  # the user's own files too (idmapped: the sandbox is their owner)
         assert {(".", "default-acl-added"), ("aclproj", "sticky-mode")} <= found, found
     assert proc.returncode != 0, proc.stderr[-3000:]
+
+
+HONEST_COPY = """
+import os, shutil
+if not os.path.exists("setup.py.orig"):  # once: each hook call runs setup.py
+    shutil.copy2("setup.py", "setup.py.orig")  # copies the file's ACL (its xattrs) too
+"""
+
+
+@pytest.mark.parametrize("backend", [backend_param("plain"), backend_param("ns")], indirect=True)
+def test_honest_build_in_a_checkout_with_acls_is_clean(tmp_path, fake_home, links, target, backend):
+    """No false alarm: a checkout shared with a colleague (a default ACL and setgid on its
+    directories, an ACL on a file) gets new files from an honest build, which inherit the default
+    ACL and the setgid bit, and a copy that carries its source's ACL. All stay; nothing is
+    reported; the install succeeds."""
+    proj = write_project(tmp_path, "sharedproj")
+    for directory in (proj, proj / "sharedproj"):
+        # r-- for the colleague and the group: with r-x, a new 0644 file's mask (r--) narrows
+        # an entry, which the sandbox user's grants refuse to widen (root, --isolation os: exit 2)
+        os.setxattr(directory, DEFAULT, bytes.fromhex(_acl_hex(0o745, (4321, 4))))
+        os.chmod(directory, 0o2755)
+    os.setxattr(proj / "setup.py", ACCESS, bytes.fromhex(_acl_hex(0o644, (4321, 4))))
+    (proj / "setup.py").write_text(HONEST_COPY + (proj / "setup.py").read_text())
+    before = _state(proj)
+    proc, report = pg_install([*backend.install_args, "."], home=fake_home, target=target, route=links, cwd=proj)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    after = _state(proj)
+    for path, was in before.items():
+        assert after.get(path) == was, (path, was, after.get(path))
+    new_dirs = [p for p in after if p not in before and (proj / p).is_dir()]
+    assert new_dirs and all(after[p][0] == 0o2000 and DEFAULT in after[p][1] for p in new_dirs), after
+    if backend.ns:  # (as root under os the copy also carried the sandbox user's grant: the
+        # release removes an ACL naming a sandbox uid whole)
+        assert ACCESS in after["setup.py.orig"][1]
+    assert not [e for e in report["events"] if e["action"] == "blocked"], report["events"]
