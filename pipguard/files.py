@@ -97,6 +97,59 @@ def snapshot(roots: Iterable[str], missed: Optional[List[str]] = None) -> Snapsh
     return out
 
 
+def entries(top: str) -> Iterator[Tuple[str, os.stat_result]]:
+    """``top`` and everything below it on the same filesystem, never
+    following a symlink (a mount inside a build dir is not part of it).
+
+    Parents before their entries. One ``lstat`` per entry (``DirEntry.stat``)
+    and nothing else: the sandbox user's grants and :mod:`pipguard.filemodes`
+    walk each hook call's trees with it, so its cost is paid per call
+    (os.walk's extra stat per directory and path joins were a third more)."""
+    try:
+        st = os.lstat(top)
+    except OSError:
+        return
+    yield top, st
+    if not stat.S_ISDIR(st.st_mode):
+        return
+    device = st.st_dev
+    pending = [top]
+    while pending:
+        try:
+            listing = os.scandir(pending.pop())
+        except OSError:
+            continue
+        with listing:
+            for entry in listing:
+                try:
+                    entry_st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if entry_st.st_dev != device:
+                    continue
+                if stat.S_ISDIR(entry_st.st_mode):
+                    pending.append(entry.path)
+                yield entry.path, entry_st
+
+
+def at_least(roots: Iterable[str], size: int) -> List[Tuple[str, int]]:
+    """(path, size) of every regular file under ``roots`` of ``size`` bytes or more: what
+    reached the write limit in a root that :func:`snapshot` does not list (a build's own tree);
+    one ``lstat`` a file, nothing hashed."""
+    out: List[Tuple[str, int]] = []
+    for root in roots:
+        for dirpath, _dirnames, filenames in walk(root):
+            for name in filenames:
+                path = os.path.join(dirpath, name)
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode) and st.st_size >= size:
+                    out.append((path, st.st_size))
+    return out
+
+
 def sha256(path: str) -> str:
     import hashlib  # not at start-up: loading OpenSSL costs ~2 ms, most runs write nothing
 

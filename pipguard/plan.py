@@ -420,6 +420,9 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
         # not the namespace's own /tmp and /dev/shm: for the hook's rules they are no grant (a
         # Python look into pip's temp area, where the other builds live, stays a foreign-read)
         "write": [r for r in write_roots if r not in namespace_tmpfs],
+        # ...but writable: a Python write there is no more than a native one (found measuring
+        # the write limit, issue 33: a build's write to its own /tmp was write-outside-roots)
+        "own_tmpfs": list(namespace_tmpfs),
         "write_files": [fifo],
         "private": list(policy.private_roots),
         "prefixes": list(prefixes),

@@ -76,6 +76,15 @@ PROC_PRIVATE = frozenset((
 # backend's uid release) together with world-write.
 PRIVILEGED_MODES = 0o4000 | 0o2000
 CLEARED_MODES = PRIVILEGED_MODES | 0o0002
+# What a build may not add to any file of its write roots, whatever the backend or the user
+# pipguard runs as (pipguard.filemodes: snapshot before the run, put back after it): the special
+# mode bits and the POSIX ACLs, access and default, whatever uid or gid an entry names. An entry
+# for another user outlives the run in the user's checkout; a default ACL is inherited by every
+# file created there later. What a file had before the run stays, and a new file keeps what the
+# kernel gave it from its directory as that was before the run. Each one put back is a finding.
+KEPT_MODE_RULES = {0o4000: "privileged-mode", 0o2000: "privileged-mode", 0o1000: "sticky-mode"}
+SPECIAL_MODES = sum(KEPT_MODE_RULES)
+ACL_RULES = {"system.posix_acl_access": "acl-added", "system.posix_acl_default": "default-acl-added"}
 # Rules that are listed but never make the verdict: refusals that ordinary tools
 # trigger (urllib3's IPv6 probe binds ::1 port 0; glibc tries nscd's socket on user
 # lookups; another Python version caches pipguard's hook) and lookups of
@@ -98,6 +107,11 @@ MESSAGES = {
                       "(too deep, unreadable, too many): what cannot be seen counts as hidden",
     "privileged-mode": "a setuid/setgid bit on a file the build wrote (cleared: on the host it "
                        "would be root's)",
+    "sticky-mode": "a sticky bit the build set on a file of its write roots (cleared after the run)",
+    "acl-added": "an ACL entry the build set on a file of its write roots (put back as it was "
+                 "before the run: an entry naming another user would outlive the run)",
+    "default-acl-added": "a default ACL the build set on a directory of its write roots (put back "
+                         "as it was before the run: every file created there later would inherit it)",
     "unreadable-arguments": "an open whose path the supervisor could not read (the process made "
                             "itself non-dumpable): refused, as what cannot be seen counts as hidden",
 }

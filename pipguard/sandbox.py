@@ -16,7 +16,7 @@ import time
 from typing import Callable, List, Mapping, Optional, Sequence
 
 import pipguard
-from pipguard import exitcodes, files, limits, protections, sandbox_user
+from pipguard import exitcodes, filemodes, files, limits, protections, sandbox_user
 from pipguard.errors import PipguardError
 from pipguard.plan import Plan, cleanup, defer_kernel_wait, make_plan, on_idle, precompile_hook
 
@@ -100,6 +100,8 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
     lease = None
     decoys = None
     try:
+        # before the sandbox user's grants (they are that lease's to undo, not the user's ACLs)
+        kept_modes = filemodes.snapshot(_mode_roots(plan))
         if sandbox_user.needed() and plan.namespace is None:
             # as root, the sandbox runs as a leased unprivileged uid (docs/sandbox.md, "Running as
             # root"); the namespace backend maps its own uid and needs no grants (idmapped mounts)
@@ -139,13 +141,21 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
             _proxy_evidence(proxy, supervisor)
         if decoys is not None:
             _decoy_evidence(decoys, supervisor)
-        if plan.namespace is not None and plan.namespace.idmap_writes:
-            _sweep_modes(plan, supervisor, started_at)
+        missed: List[str] = []
+        written: List[FileWritten] = []
         if lease is not None:
+            # the release removes the run's temp dir and HOME (the sandbox user's): what the run
+            # wrote there is listed first, or a file that hit the write limit there goes unseen
+            private = [r for r in roots if r in (plan.tmp_dir, plan.home_dir)]
+            written = files.changed(before, files.snapshot(private, missed))
+            roots = [r for r in roots if r not in private]
             # before the snapshot: files the sandbox left are given back first
             lease.release(nothing_left=prepared.cgroup is not None and prepared.cgroup.members() == set())
-        missed: List[str] = []
-        written = files.changed(before, files.snapshot(roots, missed)) + _left_in_namespace(plan, started, supervisor)
+        _restore_modes(plan, supervisor, kept_modes, started_at)
+        written += files.changed(before, files.snapshot(roots, missed)) + _left_in_namespace(plan, started, supervisor)
+        unlisted = [r for r in plan.write_roots if r not in roots and r not in plan.namespace_tmpfs
+                    and r not in (plan.tmp_dir, plan.home_dir)]
+        _write_limit_evidence(plan, supervisor, written, unlisted, started.process.usage)
         if missed:
             # a directory of a write root the walk could not list: what the run wrote there
             # is not in the report, so the run counts as hiding it
@@ -222,15 +232,51 @@ def _left_in_namespace(plan: Plan, started, supervisor) -> List[FileWritten]:
     return out
 
 
-def _sweep_modes(plan: Plan, supervisor, started_at: float) -> None:
-    """As root under ns: no file the run wrote keeps a setuid/setgid bit on the
-    host (``ns.sweep_modes``); each one it had is a finding."""
-    from pipguard.backends import ns
+def _write_limit_evidence(plan: Plan, supervisor, written: List[FileWritten], unlisted: List[str],
+                          usage) -> None:
+    """A file the run left at the write limit's size hit it: ``RLIMIT_FSIZE`` stops every write
+    past the limit there (the writer gets ``EFBIG``, or dies of ``SIGXFSZ``). Seen from the file,
+    not the signal: Python ignores ``SIGXFSZ`` (a build's ``write`` fails with ``EFBIG`` and no
+    process dies), and a writer that dies of it is reaped by its own parent inside the run (a
+    shell, make, a build backend), never by the keeper that :meth:`Lifetime.limit_events` asks.
+    ``unlisted``: write roots not in ``written`` (the build's own tree), looked through only when
+    the run wrote that much to block storage (``usage``, dirtied bytes: known at once) or it is
+    not known."""
+    limit = plan.settings.write
+    full = sorted({f.path for f in written if f.size >= limit})
+    if unlisted and (usage is None or usage.written >= limit):
+        full = sorted(set(full) | {path for path, _size in files.at_least(unlisted, limit)})
+    if not full:
+        return
+    evidence = supervisor.collector.evidence
+    evidence.limit_hit = evidence.limit_hit or "write"
+    supervisor.collector.add_event(
+        "process", "blocked", "supervisor", supervisor.started.command_pid, "write", "limit-disk",
+        {"limit": limit, "how": f"{len(full)} file(s) reached the limit; writes past it failed",
+         "files": full[:8]}, always=True)
 
-    roots = [r for r in plan.write_roots if r not in plan.namespace_tmpfs]
-    for path, mode, clean in ns.sweep_modes(roots, started_at - 1):
-        supervisor.collector.add_event("file-write", "blocked", "ns", supervisor.started.command_pid, path,
-                                       "privileged-mode", {"mode": f"{mode:o}", "now": f"{clean:o}"})
+
+def _mode_roots(plan: Plan) -> List[str]:
+    """The write roots whose files outlive the run (not its private temp dir and HOME, nor
+    the namespace's own tmpfs): where :mod:`pipguard.filemodes` puts ACLs and modes back."""
+    private = {plan.tmp_dir, plan.home_dir, *plan.namespace_tmpfs}
+    return [r for r in plan.write_roots if r not in private]
+
+
+def _restore_modes(plan: Plan, supervisor, before, started_at: float) -> None:
+    """No file of the write roots keeps an ACL or a special mode bit the run added
+    (:mod:`pipguard.filemodes`); each one it had is a finding. As root under ns what the
+    sandbox wrote is root's on the host: world-write goes too (silently, as the plain
+    backend's uid release does)."""
+    idmapped = plan.namespace is not None and plan.namespace.idmap_writes
+    by_path: dict = {}
+    for item in filemodes.restore(_mode_roots(plan), before, started_at - 1, clear_world_write=idmapped):
+        by_path.setdefault(item.path, []).append(item)
+    for path, items in by_path.items():
+        # one event a path (the collector merges a path's events): the first rule names it
+        supervisor.collector.add_event(
+            "file-write", "blocked", "supervisor", supervisor.started.command_pid, path, items[0].rule,
+            {"stripped": [{"rule": i.rule, "found": i.found, "now": i.now} for i in items]})
 
 
 def _proxy_evidence(proxy, supervisor) -> None:

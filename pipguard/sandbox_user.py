@@ -57,7 +57,7 @@ import time
 from dataclasses import dataclass
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
-from pipguard import acl, rules
+from pipguard import acl, files, rules
 from pipguard.errors import SandboxUserError
 
 #: sandbox uids (and gids): 1000 concurrent runs
@@ -197,39 +197,9 @@ def kill_all(uid: int) -> List[int]:
     return sorted(set(killed))
 
 
-def _walk(top: str) -> Iterator[Tuple[str, os.stat_result]]:
-    """``top`` and everything below it on the same filesystem, never
-    following a symlink (a mount inside a build dir is not part of it).
-
-    One ``lstat`` per entry (``DirEntry.stat``) and nothing else: this walks
-    each hook call's build environment, ~1,000-5,000 entries, so its cost is
-    paid per call (os.walk's extra stat per directory and path joins were a
-    third more)."""
-    try:
-        st = os.lstat(top)
-    except OSError:
-        return
-    yield top, st
-    if not stat.S_ISDIR(st.st_mode):
-        return
-    device = st.st_dev
-    pending = [top]
-    while pending:
-        try:
-            listing = os.scandir(pending.pop())
-        except OSError:
-            continue
-        with listing:
-            for entry in listing:
-                try:
-                    entry_st = entry.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                if entry_st.st_dev != device:
-                    continue
-                if stat.S_ISDIR(entry_st.st_mode):
-                    pending.append(entry.path)
-                yield entry.path, entry_st
+#: ``top`` and everything below it on the same filesystem (pipguard.files.entries): this walks
+#: each hook call's build environment, ~1,000-5,000 entries, so its cost is paid per call
+_walk = files.entries
 
 
 def _read_perm(st: os.stat_result) -> int:
@@ -471,11 +441,20 @@ def _normalise_owned(root: str, uid: int, owner: Tuple[int, int], notes: List[st
                                    follow_symlinks=False)
             mode = stat.S_IMODE(st.st_mode)
             clean = mode & ~rules.CLEARED_MODES
+            if stat.S_ISDIR(st.st_mode) and mode & stat.S_ISGID and _setgid_dir(os.path.dirname(path)):
+                clean |= stat.S_ISGID  # inherited from a setgid directory, as the kernel does (a shared dir)
             os.chmod(path, clean)
             if clean != mode:
                 notes.append(f"{path}: mode {mode:o} -> {clean:o}")
         except OSError:
             continue
+
+
+def _setgid_dir(path: str) -> bool:
+    try:
+        return bool(os.lstat(path).st_mode & stat.S_ISGID)
+    except OSError:
+        return False
 
 
 def _mtimes(directories: Sequence[str]) -> Dict[str, int]:

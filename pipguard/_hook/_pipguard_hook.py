@@ -129,6 +129,9 @@ def _make_hook(config, dumps=None):
     read_roots = norm_roots(config.get("read", ()))
     write_roots = norm_roots(config.get("write", ()))
     write_files = frozenset(config.get("write_files", ()))
+    # ns: the namespace's own /tmp and /dev/shm, writable (a tmpfs that goes with the run) but
+    # no grant for the read rules (pip's temp area below them stays a foreign-read)
+    own_tmpfs = norm_roots(config.get("own_tmpfs", ()))
     private_roots = norm_roots(config.get("private", ()))
     prefix_set = frozenset(norm_roots(config.get("prefixes", ())))
     network = config.get("network", "none")
@@ -161,6 +164,7 @@ def _make_hook(config, dumps=None):
     private_set, private_under, _private_all = roots_sets(private_roots)
     rw_set, rw_under, rw_all = roots_sets(read_roots + write_roots)
     w_set, w_under, w_all = roots_sets(write_roots)
+    own_set, own_under, _own_all = roots_sets(own_tmpfs)
 
     all_names = CREDENTIAL_PATHS + PERSISTENCE_PATHS + CONFIG_LOOKUPS
 
@@ -497,6 +501,7 @@ def _make_hook(config, dumps=None):
                    _w=w_set, _w_under=w_under, _w_all=w_all, _cred=cred_names,
                    _secret=secret_set, _secret_under=secret_under, _rw=rw_set,
                    _rw_under=rw_under, _rw_all=rw_all, _own_home=sandbox_home + "/",
+                   _own=own_set, _own_under=own_under,
                    _special=("pipe:", "socket:", "anon_inode:", "/dev/pts/"), _proc_other=proc_other,
                    _devices=frozenset(("/dev/null", "/dev/tty", "/dev/zero", "/dev/full",
                                        "/dev/stdout", "/dev/stderr"))):
@@ -512,7 +517,7 @@ def _make_hook(config, dumps=None):
             if credential and not path.startswith(_own_home):
                 return "secret-write"
             return None
-        if path.startswith(_special) or path in _devices:
+        if path.startswith(_special) or path in _devices or path in _own or path.startswith(_own_under):
             return None
         return "write-outside-roots"
 
@@ -526,7 +531,7 @@ def _make_hook(config, dumps=None):
             cut = path.find("/", cut + 1)
 
     ancestors = {"/"}
-    for p in homes + private_roots + read_roots + write_roots + SYSTEM_SECRETS + tuple(write_files) + tuple(
+    for p in homes + private_roots + read_roots + write_roots + own_tmpfs + SYSTEM_SECRETS + tuple(write_files) + tuple(
             prefix_set) + (
             "/proc", "/dev/pts", "/dev/null", "/dev/tty", "/dev/zero", "/dev/full", "/dev/stdout",
             "/dev/stderr"):

@@ -1053,44 +1053,8 @@ def _dir_on(home: str, rel: str, device: int) -> bool:
 
 
 # -------------------------------------------------------------- after the run
-#: mode bits a file the sandbox wrote may not keep on the host (see :func:`sweep_modes`)
-
-
-def sweep_modes(roots: Sequence[str], since: float) -> List[Tuple[str, int, int]]:
-    """As root, the write roots are idmapped: what the sandbox creates there
-    belongs on disk to the root's owner, root itself — and the mount's
-    ``nosuid`` holds only inside the namespace. A build that ``chmod 4755``s
-    a copy of a shell would leave a setuid-root program on the host (found by
-    review when ``auto`` began to choose ns). So after the run every file
-    below ``roots`` changed since ``since`` (its ctime) loses its setuid,
-    setgid and world-write bits, as the plain backend's uid release does.
-    Returns (path, old mode, new mode) for each file that had a setuid or
-    setgid bit: evidence."""
-    from pipguard import files
-
-    found: List[Tuple[str, int, int]] = []
-    for root in roots:
-        for dirpath, dirnames, filenames in files.walk(root):
-            for name in dirnames + filenames:
-                path = os.path.join(dirpath, name)
-                try:
-                    st = os.lstat(path)
-                except OSError:
-                    continue
-                mode = stat.S_IMODE(st.st_mode)
-                if stat.S_ISLNK(st.st_mode) or not mode & rules.CLEARED_MODES \
-                        or st.st_ctime < since:
-                    continue
-                if stat.S_ISDIR(st.st_mode) and mode & stat.S_ISVTX:
-                    continue  # a sticky shared dir (the run's own tmp layout): left as it is
-                clean = mode & ~rules.CLEARED_MODES
-                try:
-                    os.chmod(path, clean, follow_symlinks=False)
-                except (OSError, NotImplementedError):
-                    continue
-                if mode & rules.PRIVILEGED_MODES and not stat.S_ISDIR(st.st_mode):
-                    found.append((path, mode, clean))
-    return found
+# What the sandbox wrote may not keep (setuid, setgid, world-write: on the host it is root's)
+# is put back after the run by pipguard.filemodes, for every backend.
 
 
 # ------------------------------------------------------------ the launcher side

@@ -4,6 +4,7 @@
  *     read PATH | write PATH | connect-tcp HOST PORT | sendto-udp HOST PORT | unix-connect PATH
  *     socket-unix | ptrace-traceme | fork | exec PATH | kill PID SIG | io-uring
  *     read-at DIR NAME (openat through a directory fd) | read-from DIR NAME (chdir, then open)
+ *     setxattr PATH NAME HEX (lsetxattr: the value's bytes in hex) | chmod PATH OCTAL
  *   -> {"action": "read", "ok": false, "errno": 13, "errname": "EACCES"}
  *
  * Exit status 0 whatever the outcome; 2 on a usage error (and for "dns", python helper only).
@@ -22,6 +23,8 @@
 #include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/un.h>
@@ -80,7 +83,8 @@ static int usage(const char *msg) {
     fprintf(stderr, "try_one: %s\nusage: try_one ACTION [ARG...]\n"
             "  read PATH | write PATH | connect-tcp HOST PORT | sendto-udp HOST PORT |\n"
             "  unix-connect PATH | socket-unix | ptrace-traceme | fork | exec PATH |\n"
-            "  kill PID SIG | io-uring | read-at DIR NAME | read-from DIR NAME\n", msg);
+            "  kill PID SIG | io-uring | read-at DIR NAME | read-from DIR NAME |\n"
+            "  setxattr PATH NAME HEX | chmod PATH OCTAL\n", msg);
     return 2;
 }
 
@@ -233,6 +237,26 @@ int main(int argc, char **argv) {
         int e = errno;
         if (fd >= 0) close((int)fd);
         return emit(a, fd >= 0, e);
+    }
+    if (!strcmp(a, "setxattr")) {
+        NEED(3);
+        size_t n = strlen(argv[4]) / 2;
+        unsigned char value[4096];
+        if (n > sizeof value) return usage("setxattr: value too long");
+        for (size_t i = 0; i < n; i++) {
+            unsigned int byte;
+            if (sscanf(argv[4] + 2 * i, "%2x", &byte) != 1) return usage("setxattr: HEX is not hex");
+            value[i] = (unsigned char)byte;
+        }
+        int r = lsetxattr(argv[2], argv[3], value, n, 0);
+        int e = errno;
+        return emit(a, r == 0, e);
+    }
+    if (!strcmp(a, "chmod")) {
+        NEED(2);
+        int r = chmod(argv[2], (mode_t)strtoul(argv[3], NULL, 8));
+        int e = errno;
+        return emit(a, r == 0, e);
     }
     if (!strcmp(a, "dns")) return usage("dns: only the python helper (try_one.py) does DNS");
     return usage("unknown ACTION");

@@ -22,10 +22,11 @@ import sys
 USAGE = ("usage: try_one.py ACTION [ARG...]\n"
          "  read PATH | write PATH | connect-tcp HOST PORT | sendto-udp HOST PORT |\n"
          "  unix-connect PATH | socket-unix | ptrace-traceme | fork | exec PATH |\n"
-         "  kill PID SIG | dns NAME | io-uring | read-at DIR NAME | read-from DIR NAME\n")
+         "  kill PID SIG | dns NAME | io-uring | read-at DIR NAME | read-from DIR NAME |\n"
+         "  setxattr PATH NAME HEX | chmod PATH OCTAL\n")
 NARGS = {"read": 1, "write": 1, "connect-tcp": 2, "sendto-udp": 2, "unix-connect": 1,
          "socket-unix": 0, "ptrace-traceme": 0, "fork": 0, "exec": 1, "kill": 2, "dns": 1,
-         "io-uring": 0, "read-at": 2, "read-from": 2}
+         "io-uring": 0, "read-at": 2, "read-from": 2, "setxattr": 3, "chmod": 2}
 SYS_IO_URING_SETUP = 425  # same number on x86_64 and aarch64
 PTRACE_TRACEME = 0
 
@@ -139,6 +140,10 @@ def act(action, args):
         os.close(fd)
     elif action == "dns":
         socket.getaddrinfo(args[0], None)
+    elif action == "setxattr":
+        os.setxattr(args[0], args[1], bytes.fromhex(args[2]), follow_symlinks=False)
+    elif action == "chmod":
+        os.chmod(args[0], int(args[1], 8))
     else:
         raise Usage("unknown ACTION")
 
