@@ -120,9 +120,13 @@ def _json_escape(ch: str) -> str:
 
 #: one step of the build output filter: a colour, CRLF, a character to judge, or a run of
 #: plain ASCII text
-_BUILD_TOKEN = re.compile(r"\x1b\[[0-9;:]*m|\r?\n|\x1b|\r|[^\x20-\x7e\n\t\r\x1b]+")
+_BUILD_TOKEN = re.compile(r"\x1b\[[0-9;:]*m|\r\n|\x1b|\r|[^\x20-\x7e\n\t\r\x1b]+")
+#: the same, and every line end: while a colour is set (the line's end resets it)
+_BUILD_TOKEN_OR_NEWLINE = re.compile(r"\x1b\[[0-9;:]*m|\r?\n|\x1b|\r|[^\x20-\x7e\n\t\r\x1b]+")
 #: the end of a chunk that may be the start of a kept sequence: held for the next write
 _INCOMPLETE = re.compile(r"(?:\x1b(?:\[[0-9;:]*)?|\r)\Z")
+#: the bytes of plain lines: printable ASCII, newline, tab
+_PLAIN_BYTES = bytes(range(0x20, 0x7f)) + b"\n\t"
 #: a colour sequence longer than this is not a colour: escaped rather than held
 _LONGEST_HELD = 64
 
@@ -139,6 +143,9 @@ class BuildOutputFilter:
         self._colored = False  # a colour was set on the current line and not reset
 
     def feed(self, data: bytes) -> bytes:
+        if not self._held and not self._colored and not data.translate(None, _PLAIN_BYTES) \
+                and not self._decoder.getstate()[0]:
+            return data  # printable ASCII lines and tabs only: the common case, as it is (bytes.translate: C)
         text = self._held + self._decoder.decode(data)
         self._held = ""
         incomplete = _INCOMPLETE.search(text, max(0, len(text) - _LONGEST_HELD))
@@ -159,13 +166,16 @@ class BuildOutputFilter:
     def _filter(self, text: str) -> str:
         if not text:
             return ""
-        if not _UNUSUAL_OR_NEWLINE.search(text):  # plain ASCII lines: the common case
+        if text.replace("\n", "").replace("\t", "").isprintable():  # plain lines, no control (C: fast)
             if self._colored and "\n" in text:
                 return self._end_lines(text)
             return text
         out: List[str] = []
         last = 0
-        for match in _BUILD_TOKEN.finditer(text):
+        while True:
+            match = (_BUILD_TOKEN_OR_NEWLINE if self._colored else _BUILD_TOKEN).search(text, last)
+            if match is None:
+                break
             out.append(text[last:match.start()])
             last = match.end()
             token = match.group()
