@@ -399,7 +399,12 @@ class Installer:
         if report.error and report.error.startswith("interrupted"):
             self.phases.append(Phase(call.hook, call.package, report))
             raise KeyboardInterrupt  # the sandbox is gone; stop pip too
-        return hookcall.HookResult(call, report, hookcall.check_result(call, report.exit_code == 0))
+        from pipguard.buildoutput import unprintable_result
+
+        problems = hookcall.check_result(call, report.exit_code == 0)
+        if report.exit_code == 0:
+            problems += unprintable_result(call)
+        return hookcall.HookResult(call, report, problems)
 
     def _on_gate(self, request: dict, fds: List[int]) -> dict:
         from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename

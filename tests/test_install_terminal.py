@@ -135,3 +135,41 @@ def test_an_honest_build_keeps_its_colour_and_installs(tmp_path, fake_home, link
     assert report["status"] == "installed"
     assert HONEST_COLOUR.encode() in proc.stdout + proc.stderr
     _assert_inert(proc.stdout + proc.stderr, "output")
+
+
+NAMING_BACKEND = """\
+import os
+from setuptools.build_meta import *  # noqa: F401,F403 (every other hook as setuptools has it)
+from setuptools import build_meta as _setuptools
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    name = _setuptools.build_wheel(wheel_directory, config_settings, metadata_directory)
+    hostile = name[:-len(".whl")] + {hostile!r} + ".whl"
+    os.rename(os.path.join(wheel_directory, name), os.path.join(wheel_directory, hostile))
+    return hostile
+"""
+
+
+def test_a_wheel_name_build_wheel_returns_cannot_drive_the_terminal(tmp_path, fake_home, links, target):
+    """Found while fixing this: pip prints the name build_wheel returns ("Created wheel for X:
+    filename=…") as it is, before pip or the gate look at the wheel, and the name's platform
+    tag may hold anything but whitespace. Plain pipguard installed the package and pip printed
+    the title sequence; now the call is refused (its status 1: pip never reads the name) and
+    reported, with the name escaped."""
+    proj = write_project(tmp_path / "src", "pgnamed")
+    (proj / "backend.py").write_text(NAMING_BACKEND.format(hostile=TITLE + CLIPBOARD))
+    (proj / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools"]\n'
+                                         'build-backend = "backend"\nbackend-path = ["."]\n')
+    extra = links.add(tmp_path / "extra")
+    build_sdist(proj, extra)
+    before = listing(target)
+    proc, report = pg_install(["pgnamed"], home=fake_home, target=target, route=links, cwd=tmp_path, raw=True)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert listing(target) == before
+    _assert_inert(proc.stdout, "stdout")
+    _assert_inert(proc.stderr, "stderr")
+    assert report["status"] == "refused"
+    assert [r["phase"] for r in report["refusals"]] == ["build_wheel"], report["refusals"]
+    assert b"returned a name with control characters" in proc.stderr
+    assert b"\\x1b]0;pgtitle\\x07" in proc.stderr
