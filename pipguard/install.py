@@ -701,24 +701,30 @@ class _stdio:
         relay = buildoutput.Relay(self.fds[1], self.fds[2])
         out, err = relay.start()
         self.relay = relay
-        self.saved = [os.dup(n) for n in (0, 1, 2)]
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)  # a hook reads nothing: pip gives it no input either
-        os.close(devnull)
-        os.dup2(out, 1)
-        os.dup2(err, 2)
-        relay.writers_given()
+        try:
+            self.saved = [os.dup(n) for n in (0, 1, 2)]
+            devnull = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(devnull, 0)  # a hook reads nothing: pip gives it no input either
+            os.close(devnull)
+            os.dup2(out, 1)
+            os.dup2(err, 2)
+        except BaseException:
+            self.__exit__()
+            raise
+        finally:
+            relay.writers_given()
 
     def __exit__(self, *exc) -> None:
-        if not self.saved:
-            return
-        sys.stdout.flush()
-        sys.stderr.flush()
-        for n, fd in enumerate(self.saved):
-            os.dup2(fd, n)
-            os.close(fd)
+        if self.saved:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for n, fd in enumerate(self.saved):
+                os.dup2(fd, n)
+                os.close(fd)
+            self.saved = []
         if self.relay is not None:
             self.relay.finish()  # the call's output is in pip's pipe before pip gets its status
+            self.relay = None
 
 
 def _stop(proc: subprocess.Popen) -> None:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 
 from support import build_sdist
 from support.pipinstall import listing, pg_install
@@ -173,3 +175,37 @@ def test_a_wheel_name_build_wheel_returns_cannot_drive_the_terminal(tmp_path, fa
     assert [r["phase"] for r in report["refusals"]] == ["build_wheel"], report["refusals"]
     assert b"returned a name with control characters" in proc.stderr
     assert b"\\x1b]0;pgtitle\\x07" in proc.stderr
+
+
+# --------------------------------------------------------------------------- pipguard run
+def _run(args, home, cwd):
+    return subprocess.run([sys.executable, "-m", "pipguard", "run", *args], cwd=cwd, env=home.env(),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=180)
+
+
+def test_run_report_and_error_lines_cannot_drive_the_terminal(tmp_path, fake_home):
+    """``pipguard run``: a blocked read of a path holding the sequences, a C1 CSI and a bidi
+    override, shown in the table (stderr), and on stdout as SARIF and JSON -- which stay the
+    exact data (the SARIF renderer writes ensure_ascii=False: C1 and U+202E were raw) -- and an
+    error line quoting a path (the --report directory) holds none of them raw."""
+    name = f"id_{HOSTILE}\u009b2J\u202eevil"
+    secret = fake_home.path / ".ssh" / name
+    secret.write_text("pg-canary\n")
+    # the plain backend: the read is refused on the host's own path, and reported with it
+    command = ["--isolation", "os", "--", "cat", str(secret)]
+    table = _run(command, fake_home, tmp_path)
+    assert table.returncode != 0
+    _assert_inert(table.stdout + table.stderr, "table")
+    assert "\\x1b]52;c;cGlwZ3VhcmQtY2xpcGJvYXJk\\x07".encode() in table.stderr
+    for fmt in ("sarif", "json"):
+        proc = _run(["--format", fmt, *command], fake_home, tmp_path)
+        _assert_inert(proc.stdout + proc.stderr, fmt)
+        for raw in ("\u009b", "\u202e"):
+            assert raw.encode() not in proc.stdout, (fmt, raw)
+        # the exact path, as data (both sides written by json.dumps: the same escapes)
+        assert json.dumps(str(secret)) in json.dumps(json.loads(proc.stdout)), fmt
+    bad = _run(["--report", str(tmp_path / f"no-{HOSTILE}\u202e" / "r.json"), "--", "true"], fake_home, tmp_path)
+    assert bad.returncode == 2, bad.stderr
+    assert bad.stderr.count(b"\n") == 1 and b"no-\\x1b]52;" in bad.stderr, bad.stderr
+    _assert_inert(bad.stdout + bad.stderr, "error line")
+    assert "\u202e".encode() not in bad.stderr
