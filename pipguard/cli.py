@@ -30,6 +30,7 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 import pipguard
 from pipguard import exitcodes, render
 from pipguard.errors import PipguardError, UsageError
+from pipguard.render import safe
 
 _ISOLATION_CHOICES = ("auto", "audit", "os", "ns")
 #: ``run``, ``install``/``sandbox`` and ``pkgbuild`` also offer the VM backend
@@ -53,6 +54,8 @@ def _positive_float(ctx, param, value):
 # -- output ------------------------------------------------------------------
 
 _ANSI = None
+#: the ``--format`` values that are data for machines (JSON text), not text for a human
+_DATA_FORMATS = ("json", "sarif")
 
 
 def _plain_text_stream(stream) -> bool:
@@ -70,14 +73,21 @@ def _plain_text_stream(stream) -> bool:
         return True
 
 
-def _echo(text: str, *, err: bool = False) -> None:
-    """Exactly ``click.echo(text, err=err, nl=False)``: for a plain text stream
-    click writes the text (ANSI codes stripped when the stream is not a
-    terminal) and flushes; anything unusual is left to click itself."""
+def _echo(text: str, *, err: bool = False, data: bool = False) -> None:
+    """Where pipguard's text leaves for a terminal (or a log, a pipe into
+    ``less -R``...): made safe first (:mod:`pipguard.render.safe`): for a
+    human, every control character and escape sequence but pipguard's own
+    colours is escaped visibly (:func:`~pipguard.render.safe.terminal_text`);
+    ``data`` (JSON, SARIF): the same characters as JSON ``\\u`` escapes, the
+    same data (:func:`~pipguard.render.safe.json_text`). Then exactly
+    ``click.echo(text, err=err, nl=False)``: for a plain text stream click
+    writes the text (ANSI codes stripped when the stream is not a terminal)
+    and flushes; anything unusual is left to click itself."""
     global _ANSI
     stream = sys.stderr if err else sys.stdout
     if stream is None:
         return
+    text = safe.json_text(text) if data else safe.terminal_text(text)
     if not _plain_text_stream(stream):
         import click
 
@@ -101,9 +111,10 @@ def _echo(text: str, *, err: bool = False) -> None:
 
 def _fail(message: str, hint: Optional[str] = None, code: int = exitcodes.ERROR) -> None:
     """One line on stderr: the problem, then what to do."""
-    line = f"pipguard: error: {message}"
+    # one line: a message can quote a package's name, a path, an argv
+    line = f"pipguard: error: {safe.printable(message)}"
     if hint:
-        line += f" (hint: {hint})"
+        line += f" (hint: {safe.printable(hint)})"
     _echo(line + "\n", err=True)
     raise SystemExit(code)
 
@@ -150,7 +161,7 @@ def _run(isolation, allow_network, allow_hosts, allow_write, allow_read, deny_su
     if fmt == "table":
         _echo(render.get("table")(report, color=_color(sys.stderr)), err=True)
     else:
-        _echo(render.get(fmt)(report))
+        _echo(render.get(fmt)(report), data=fmt in _DATA_FORMATS)
     if report.error:
         # interrupted, or (vm) the guest stopped without a report: could not run it
         raise SystemExit(exitcodes.INTERRUPTED if report.error.startswith("interrupted") else exitcodes.ERROR)
@@ -251,7 +262,8 @@ def _install_with(pip, sandbox_only: bool, binary_only: bool, pip_args: tuple, k
     )
     quiet = _quiet_level(pip_args)
     # One plain line per hook call and package, on a terminal and in CI logs alike.
-    progress = (lambda m: _echo(f"pipguard: {m}\n", err=True)) if quiet == 0 else None
+    # (a line names the package and version its metadata claims: one line, escaped)
+    progress = (lambda m: _echo(f"pipguard: {safe.printable(m)}\n", err=True)) if quiet == 0 else None
     _resume_gc()
     result = Installer(options, progress=progress, prepare_result=_load_renderer).run(pip)
     from pipguard.render import install as render_install
@@ -266,13 +278,13 @@ def _install_with(pip, sandbox_only: bool, binary_only: bool, pip_args: tuple, k
     elif kw["fmt"] == "json":
         from pipguard.report import dumps
 
-        _echo(dumps(result.to_json()))
+        _echo(dumps(result.to_json()), data=True)
     elif kw["fmt"] == "markdown":
         from pipguard.render import markdown
 
         _echo(markdown.render_result(result))
     else:
-        _echo(render_install.sarif(result))
+        _echo(render_install.sarif(result), data=True)
     return result
 
 
@@ -311,12 +323,12 @@ def _approve(report_path: str, policy: Optional[str], write: bool) -> None:
                    f"{os.path.relpath(target)} already approves it)", err=True)
         raise SystemExit(exitcodes.OK)
     if not write:
-        click.echo(text, nl=False)
+        _echo(text)
         click.echo(f"pipguard: {len(entries)} approval(s) above; review them, then add them to "
                    f"{os.path.relpath(target)} (or run again with --write)", err=True)
         raise SystemExit(exitcodes.OK)
     if not entries:
-        click.echo(text, nl=False)
+        _echo(text)
         raise SystemExit(exitcodes.REFUSED)
     policyfile.append(target, table, text)
     click.echo(f"pipguard: wrote {len(entries)} approval(s) to {os.path.relpath(target)}: review "
@@ -336,8 +348,6 @@ def _existing(paths: Sequence[str], flag: str) -> tuple:
 
 
 def _pkgbuild(directory, allow_hosts, isolation, vm_accel, timeout, report_path, fmt) -> None:
-    import click
-
     from pipguard.pkgbuild import review
     from pipguard.policy import HostPort
     from pipguard.render import pkgbuild as render_pkgbuild
@@ -347,7 +357,7 @@ def _pkgbuild(directory, allow_hosts, isolation, vm_accel, timeout, report_path,
     report_path = check_writable(report_path) if report_path else None
     hosts = tuple(HostPort.parse(h) for h in allow_hosts)
     show = sys.stderr.isatty()
-    progress = (lambda m: click.echo(f"pipguard: {m}", err=True)) if show else None
+    progress = (lambda m: _echo(f"pipguard: {safe.printable(m)}\n", err=True)) if show else None
     _sigterm_like_ctrl_c()
     _resume_gc()
     result = review(directory, allow_hosts=hosts, isolation=isolation, vm_accel=vm_accel, timeout=timeout,
@@ -357,7 +367,7 @@ def _pkgbuild(directory, allow_hosts, isolation, vm_accel, timeout, report_path,
     if fmt == "table":
         _echo(renderer(result, color=_color(sys.stderr)), err=True)
     else:
-        _echo(renderer(result))
+        _echo(renderer(result), data=fmt in _DATA_FORMATS)
     raise SystemExit(result.exit_code)
 
 

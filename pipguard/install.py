@@ -39,6 +39,7 @@ from pipguard.policyfile import ProjectPolicy
 # models, the report and the gate come while pip starts (_warm_up) or where
 # they are used (~20 ms that were before pip started; docs/performance.md).
 if TYPE_CHECKING:
+    from pipguard import buildoutput
     from pipguard import gate  # imported where it scans: tarfile, zipfile, lzma... (~15 ms a start)
     from pipguard.approvals import Approval, Origin
     from pipguard.coremeta import CoreMetadata
@@ -446,7 +447,12 @@ class Installer:
         if report.error and report.error.startswith("interrupted"):
             self.phases.append(Phase(call.hook, call.package, report))
             raise KeyboardInterrupt  # the sandbox is gone; stop pip too
-        result = hookcall.HookResult(call, report, hookcall.check_result(call, report.exit_code == 0))
+        from pipguard.buildoutput import unprintable_result
+
+        problems = hookcall.check_result(call, report.exit_code == 0)
+        if report.exit_code == 0:
+            problems += unprintable_result(call)
+        result = hookcall.HookResult(call, report, problems)
         prepared = hookcall.prepared_metadata(call) if report.exit_code == 0 and not result.problems else None
         if prepared is not None:
             self.prepared[prepared[0]] = prepared[1]
@@ -710,7 +716,7 @@ def _warm_up(isolation: str) -> None:
     import packaging.requirements  # noqa: F401 (a hook call's answer is checked with it: ~20 ms)
     import packaging.utils  # noqa: F401
 
-    from pipguard import _child, approvals, gatecache, hookcall, host, install_result, launcher, sandbox, supervisor  # noqa: F401
+    from pipguard import _child, approvals, buildoutput, gatecache, hookcall, host, install_result, launcher, sandbox, supervisor  # noqa: F401
 
     try:  # a source tree's declared requirements are read with it (pip's first request)
         import tomllib  # noqa: F401
@@ -770,34 +776,51 @@ def _shell_status(report: Report) -> int:
 
 
 class _stdio:
-    """Make ``fds`` (the hook call's stdin, stdout, stderr, as pip gave them)
-    this process's 0, 1, 2 while the sandbox starts, so the sandboxed call writes into the
-    pipe pip reads (pip shows a failed build's output, as without pipguard)."""
+    """Give the hook call (``fds``: its stdin, stdout, stderr, as pip gave them) this
+    process's 0, 1, 2 while the sandbox starts: stdin /dev/null, stdout and stderr
+    the pipe of a :class:`pipguard.buildoutput.Relay`, which copies what the call
+    writes into the pipe pip reads (pip shows a failed build's output, as without
+    pipguard) with its escape sequences neutralised (:mod:`pipguard.render.safe`)."""
 
     def __init__(self, fds: Sequence[int]) -> None:
         self.fds = list(fds)[:3]
         self.saved: List[int] = []
+        self.relay: Optional["buildoutput.Relay"] = None
 
     def __enter__(self) -> None:
         if len(self.fds) != 3:
             return
+        from pipguard import buildoutput
+
         sys.stdout.flush()
         sys.stderr.flush()
-        self.saved = [os.dup(n) for n in (0, 1, 2)]
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)  # a hook reads nothing: pip gives it no input either
-        os.close(devnull)
-        os.dup2(self.fds[1], 1)
-        os.dup2(self.fds[2], 2)
+        relay = buildoutput.Relay(self.fds[1], self.fds[2])
+        out, err = relay.start()
+        self.relay = relay
+        try:
+            self.saved = [os.dup(n) for n in (0, 1, 2)]
+            devnull = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(devnull, 0)  # a hook reads nothing: pip gives it no input either
+            os.close(devnull)
+            os.dup2(out, 1)
+            os.dup2(err, 2)
+        except BaseException:
+            self.__exit__()
+            raise
+        finally:
+            relay.writers_given()
 
     def __exit__(self, *exc) -> None:
-        if not self.saved:
-            return
-        sys.stdout.flush()
-        sys.stderr.flush()
-        for n, fd in enumerate(self.saved):
-            os.dup2(fd, n)
-            os.close(fd)
+        if self.saved:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for n, fd in enumerate(self.saved):
+                os.dup2(fd, n)
+                os.close(fd)
+            self.saved = []
+        if self.relay is not None:
+            self.relay.finish()  # the call's output is in pip's pipe before pip gets its status
+            self.relay = None
 
 
 def _stop(proc: subprocess.Popen) -> None:

@@ -29,6 +29,7 @@ import tempfile
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pipguard.errors import PipguardError, UsageError
+from pipguard.render.safe import printable
 
 #: what the target interpreter runs: the directory of :mod:`pipguard._seam.target`, whose
 #: ``__main__.py`` imports it (its cached bytecode: a script would be compiled every start)
@@ -168,6 +169,10 @@ class SeamServer:
             else:
                 handler = handlers.get(str(request.get("type")))
                 answer = handler(request, fds) if handler else {"error": "unknown request"}
+            if isinstance(answer.get("message"), str):
+                # pip prints it as it is (a failed call's output, an InstallationError), and
+                # it can quote a package's name, version, paths: one line, escaped
+                answer = dict(answer, message=printable(answer["message"]))
             if request.get("reply") == "pipe" and len(fds) == 4:
                 _answer_by_pipe(answer, fds[2], fds[3])
             else:

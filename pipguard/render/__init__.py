@@ -14,6 +14,7 @@ import sys
 from typing import TYPE_CHECKING, Callable
 
 from pipguard.errors import UsageError
+from pipguard.render.safe import printable
 
 if TYPE_CHECKING:  # pragma: no cover
     from pipguard.report import Report
@@ -41,28 +42,6 @@ def get(format_name: str) -> Renderer:
     # Imported on demand: `--format json` need not import tabulate.
     module = importlib.import_module(f"{__name__}.{format_name}")
     return module.render  # type: ignore[no-any-return]
-
-
-def printable(text: str) -> str:
-    """``text`` with every non-printable character escaped (``\\x1b``,
-    ``\\u202e``): controls, ANSI sequences, bidi overrides and other format
-    characters. Strings from the sandboxed program (paths, argv, hostnames)
-    pass through this before a human sees them, so a package cannot repaint
-    the terminal or hide text."""
-    if text.isprintable():
-        return text
-    out = []
-    for ch in text:
-        code = ord(ch)
-        if ch.isprintable():
-            out.append(ch)
-        elif code <= 0xFF:
-            out.append(f"\\x{code:02x}")
-        elif code <= 0xFFFF:
-            out.append(f"\\u{code:04x}")
-        else:
-            out.append(f"\\U{code:08x}")
-    return "".join(out)
 
 
 def render(report: Report, format_name: str, *, color: bool = False) -> str:

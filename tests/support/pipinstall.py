@@ -73,7 +73,8 @@ def listing(venv: Path) -> dict:
     return out
 
 
-def pg_install(args, *, home, target, route, cwd, extra_env=None, command="install", timeout=600):
+def pg_install(args, *, home, target, route, cwd, extra_env=None, command="install", timeout=600, raw=False):
+    """``raw``: stdout and stderr as bytes, exactly (text mode reads ``\\r`` as a newline)."""
     report = Path(cwd) / "install-report.json"
     argv = [PY, "-m", "pipguard", command, *(["--sandbox"] if command == "install" else []),
             "--python", str(target / "bin" / "python"), *route.args(), "--report", str(report), *args]
@@ -82,7 +83,7 @@ def pg_install(args, *, home, target, route, cwd, extra_env=None, command="insta
         argv.remove("--no-sandbox")
     env = home.env(dict(route.env(), **(extra_env or {})))
     proc = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, timeout=timeout)
+                          stderr=subprocess.PIPE, text=not raw, timeout=timeout)
     data = json.loads(report.read_text()) if report.exists() else None
     return proc, data
 
