@@ -503,7 +503,7 @@ class Installer:
                 self.error = f"{name}: the wheel cannot be read: {exc}"
                 return {"decision": "refuse", "message": "pipguard: " + self.error}
             findings += tuple(owned.get(name, ()))
-            findings += self._url_findings(name, path, wheel, bool(calls))
+            findings += self._url_findings(name, path, wheel, calls)
             origin = Origin.from_json(wheel.get("origin")) or self.origins.get(name)
             if origin is not None:
                 self.origins[name] = origin
@@ -548,7 +548,7 @@ class Installer:
             return {"decision": "stop"}
         return {"decision": "install"}
 
-    def _url_findings(self, name: str, path: str, wheel: dict, built_here: bool) -> Tuple["gate.Finding", ...]:
+    def _url_findings(self, name: str, path: str, wheel: dict, calls: list) -> Tuple["gate.Finding", ...]:
         """Requirements by URL in a wheel's own METADATA, which pip fetches unsandboxed (the
         next run, from its cache, for a wheel pip already holds). A wheel built in this run may
         name only the URLs its project declared (:func:`pipguard.hookcall.declared_url_requirements`);
@@ -560,7 +560,12 @@ class Installer:
         metadata = wheel_metadata(path)
         if metadata is None:
             return ()
+        # what its tree declared, read before any hook ran: found through the hook calls that
+        # built it (pip names a `-e .` project only once its metadata exists), or pip's name
+        built_here = bool(calls)
         declared = set()
+        for result in calls:
+            declared |= set(result.call.declared_urls)
         for source in self.sources.values():
             if source.name == name:
                 declared |= set(source.declared_urls)
