@@ -26,7 +26,7 @@ import tarfile
 import zipfile
 import zlib
 from dataclasses import dataclass
-from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 from pipguard import pthshapes, wheelpaths
 from pipguard.errors import PipError, UsageError
@@ -374,20 +374,6 @@ def _shadows(script: str, dist: str) -> Optional[str]:
     return cmd
 
 
-def _parse_entry_points(text: str) -> Iterable[Tuple[str, str, int, str]]:
-    """``(section, name, line_no, raw_line)`` for each entry (a tolerant INI reader)."""
-    section = ""
-    for n, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith(("#", ";")):
-            continue
-        if line.startswith("[") and line.endswith("]"):
-            section = line[1:-1].strip()
-            continue
-        if "=" in line:
-            yield section, line.split("=", 1)[0].strip(), n, raw
-
-
 def _names(zf: zipfile.ZipFile) -> Set[str]:
     return set(zf.namelist())
 
@@ -588,16 +574,15 @@ def _scan_wheel_zip(zf: zipfile.ZipFile, artifact: str,
     ep_member = f"{dist_info}/entry_points.txt"
     if dist_info and ep_member in _names(zf):
         text = _read_limited(zf, zf.getinfo(ep_member), 1024 * 1024).decode("utf-8", "replace")
-        for section, script, n, raw in _parse_entry_points(text):
-            if section not in ("console_scripts", "gui_scripts"):
-                continue
-            # every name a supported pip writes for it (`sub/../git` is `git` to both)
-            for written in wheelpaths.script_names(script, raw.split("=", 1)[1].strip()):
+        # every entry a supported pip reads (`[[console_scripts]]`, `;git = m:f`), and every
+        # name a supported pip writes for it (`sub/../git` is `git` to both)
+        for entry in wheelpaths.script_entries(text):
+            for written in wheelpaths.script_names(entry.name, entry.value):
                 cmd = _shadows(written, dist)
                 if cmd:
                     col.add(HIGH, "console-script-shadowing", ep_member,
-                            f"[{section}] entry '{script}' installs a command that shadows '{cmd}'",
-                            raw.strip(), n)
+                            f"[{entry.section}] entry '{entry.name}' installs a command that shadows "
+                            f"'{cmd}'", entry.raw.strip(), entry.line)
     for member, script in scripts:
         cmd = _shadows(script, dist)
         if cmd:

@@ -24,12 +24,12 @@ import subprocess
 import zipfile
 from dataclasses import dataclass
 from email.parser import HeaderParser
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from packaging.utils import canonicalize_name
 
 from pipguard.errors import PipError, UsageError
-from pipguard.wheelpaths import ROOT, SCHEME_KEYS, place, script_names
+from pipguard.wheelpaths import ROOT, SCHEME_KEYS, place, script_entries, script_names
 
 __all__ = ["TargetLayout", "WheelToInstall", "check_ownership", "installed_owners", "target_layout"]
 
@@ -229,24 +229,10 @@ def _wheel_files(path: str, dirs: Dict[str, str]) -> Tuple[str, List[Tuple[str, 
                 out.append((_norm(base, placed.path), member))
         ep = f"{info}/entry_points.txt"
         if ep in names:
-            for section, script, value in _console_scripts(zf.read(ep).decode("utf-8", "replace")):
-                for written in script_names(script, value):  # what each supported pip writes
-                    out.append((_norm(dirs["scripts"], written), f"[{section}] {script} ({ep})"))
+            for entry in script_entries(zf.read(ep).decode("utf-8", "replace")):  # as each pip reads it
+                for written in script_names(entry.name, entry.value):  # what each supported pip writes
+                    out.append((_norm(dirs["scripts"], written), f"[{entry.section}] {entry.name} ({ep})"))
     return name, out
-
-
-def _console_scripts(text: str) -> Iterator[Tuple[str, str, str]]:
-    import configparser
-    parser = configparser.ConfigParser(delimiters=("=",), interpolation=None, strict=False)
-    parser.optionxform = str  # type: ignore[assignment,method-assign]  # script names keep their case
-    try:
-        parser.read_string(text)
-    except configparser.Error:
-        return
-    for section in ("console_scripts", "gui_scripts"):
-        if parser.has_section(section):
-            for script in parser.options(section):
-                yield section, script.strip(), (parser.get(section, script) or "").strip()
 
 
 def check_ownership(wheels: Sequence[WheelToInstall], target: TargetLayout) -> list:
