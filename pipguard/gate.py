@@ -232,6 +232,9 @@ class _PthContext:
     #: the site-level directories the wheel ships files in (``a``, ``a/b``...): an nspkg loader
     #: may only register a namespace the wheel itself fills
     package_dirs: FrozenSet[str] = frozenset()
+    #: every file the wheel puts below a site directory (its path there): what a relative path
+    #: entry puts on ``sys.path``
+    site_files: FrozenSet[str] = frozenset()
 
 
 def _inside(path: str, root: str) -> bool:
@@ -327,6 +330,7 @@ def _check_pth(col: _Collector, member: str, data: bytes, ctx: _PthContext) -> N
         path = line.rstrip()
         why = _unsafe_path(path)
         if why is None:
+            _check_path_entry(col, member, n, path, ctx)
             continue
         if (why == "absolute path" and ctx.editable_project is not None
                 and _inside(path, ctx.editable_project)):
@@ -339,21 +343,59 @@ def _check_pth(col: _Collector, member: str, data: bytes, ctx: _PthContext) -> N
                     "every interpreter start", path, n)
 
 
-def _check_startup_module(col: _Collector, member: str, rel: str) -> None:
-    """``rel``: the member's path relative to a site-packages directory."""
+def _check_path_entry(col: _Collector, member: str, n: int, path: str, ctx: _PthContext) -> None:
+    """A relative path entry of a site-level ``.pth``: ``site.py`` appends ``<site>/<path>`` to
+    ``sys.path`` before it imports ``sitecustomize`` and ``usercustomize`` from anywhere on it,
+    so a start-up module in that directory runs at every start like one at the top; a file
+    there (a zip archive) is imported from by ``zipimport``, and the gate does not read inside."""
+    entry = posixpath.normpath(path)
+    if entry in (".", ""):
+        return  # the site directory itself: its top level is judged member by member
+    if entry in ctx.site_files:
+        col.add(HIGH, "pth-path-archive", member,
+                f".pth path entry names the wheel's file {entry}: an archive put on sys.path at every "
+                "interpreter start, whose sitecustomize would run then (its contents are not checked)",
+                path, n)
+        return
+    for rel in sorted(ctx.site_files):
+        if rel.startswith(entry + "/"):
+            mod = _startup_module(rel[len(entry) + 1:])
+            if mod is not None:
+                col.add(CRITICAL, mod, member,
+                        f"this .pth puts {entry}/ on sys.path, where the wheel ships '{mod}': site.py "
+                        "imports it at every interpreter start", rel, n)
+
+
+def _site_rel(placed: wheelpaths.Placement) -> Optional[str]:
+    """Where ``placed`` lands below a site directory (the root, ``.data/purelib|platlib`` and
+    ``.data/data/lib/pythonX.Y/site-packages/``), or ``None``."""
+    if placed.scheme == "data" and placed.error is None:
+        found = _DATA_SITE.match(placed.path)
+        return placed.path[found.end():] if found else None
+    return placed.site_path
+
+
+def _startup_module(rel: str) -> Optional[str]:
+    """The start-up module (``sitecustomize``/``usercustomize``) that ``rel``, a path relative to
+    a directory on ``sys.path``, is part of; ``None`` for anything else."""
     parts = rel.split("/")
     head = parts[0].lower()
     for mod in _STARTUP_MODULES:
         if len(parts) > 1 and head == mod:
-            col.add(CRITICAL, mod, member,
-                    f"top-level package '{mod}' is imported by site.py at every interpreter start",
-                    rel)
-        elif len(parts) == 1:
-            pieces = head.split(".")
-            if pieces[0] == mod and len(pieces) > 1 and pieces[-1] in _IMPORTABLE_SUFFIXES:
-                col.add(CRITICAL, mod, member,
-                        f"top-level module '{mod}' is imported by site.py at every interpreter start",
-                        rel)
+            return mod
+        pieces = head.split(".")
+        if len(parts) == 1 and pieces[0] == mod and len(pieces) > 1 and pieces[-1] in _IMPORTABLE_SUFFIXES:
+            return mod
+    return None
+
+
+def _check_startup_module(col: _Collector, member: str, rel: str) -> None:
+    """``rel``: the member's path relative to a site-packages directory."""
+    mod = _startup_module(rel)
+    if mod is not None:
+        kind = "package" if "/" in rel else "module"
+        col.add(CRITICAL, mod, member,
+                f"top-level {kind} '{mod}' is imported by site.py at every interpreter start", rel)
 
 
 def _shadows(script: str, dist: str) -> Optional[str]:
@@ -488,7 +530,8 @@ def _scan_wheel_zip(zf: zipfile.ZipFile, artifact: str,
     for placed in placements:
         parts = (placed.site_path or "").split("/")[:-1]
         package_dirs.update("/".join(parts[:n]) for n in range(1, len(parts) + 1))
-    pth_ctx = _PthContext(owner, editable_project, root_module, frozenset(package_dirs))
+    site_files = frozenset(rel for rel in map(_site_rel, placements) if rel is not None)
+    pth_ctx = _PthContext(owner, editable_project, root_module, frozenset(package_dirs), site_files)
 
     # Rule 4: path traversal, symlinks; rule 5 (part): duplicate members.
     seen: Set[str] = set()
