@@ -90,6 +90,10 @@ SENSITIVE_DATA_PREFIXES: Tuple[str, ...] = (
 # A path under the prefix that is a site-packages directory (posix, Debian, lib64, Windows).
 _DATA_SITE = re.compile(r"^(?:local/)?(?:lib|lib64)/(?:python[^/]*/)?(?:site|dist)-packages/",
                         re.IGNORECASE)
+# The standard library's directories under a prefix (``lib/python3.X/``, ``lib/python3X.zip``):
+# pip's data prefix *is* the interpreter's for a system or container Python used without a venv,
+# where these come before site-packages on sys.path.
+_DATA_STDLIB = re.compile(r"^(?:local/)?(?:lib|lib64)/python[0-9][^/]*(?:/|$)", re.IGNORECASE)
 # Where installed scripts land when written through the data scheme (``prefix/bin``).
 _DATA_BIN = re.compile(r"^(?:bin|scripts)/([^/]+)$", re.IGNORECASE)
 _STARTUP_MODULES = ("sitecustomize", "usercustomize")
@@ -590,6 +594,12 @@ def _scan_wheel_zip(zf: zipfile.ZipFile, artifact: str,
                         sub)
             elif bin_match:
                 scripts.append((name, bin_match.group(1)))
+            elif (stdlib := _DATA_STDLIB.match(sub)) is not None:
+                col.add(HIGH, "data-scheme-escape", name,
+                        "data file lands in the standard library's directory when pip's prefix is "
+                        "the interpreter's (a Python used without a venv): imported before "
+                        "site-packages, taking over standard modules", sub)
+                _check_startup_module(col, name, sub[stdlib.end():])
             elif sub.lower().startswith(SENSITIVE_DATA_PREFIXES):
                 col.add(MEDIUM, "data-scheme-escape", name,
                         "data file lands where other programs read or run it (relative to the "
