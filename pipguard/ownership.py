@@ -24,7 +24,7 @@ import subprocess
 import zipfile
 from dataclasses import dataclass
 from email.parser import HeaderParser
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from packaging.utils import canonicalize_name
 
@@ -35,6 +35,12 @@ __all__ = ["TargetLayout", "WheelToInstall", "check_ownership", "installed_owner
 
 #: What the scheme keys of a wheel's ``<name>.data/<key>/`` mean (pip's SCHEME_KEYS).
 SCHEMES = SCHEME_KEYS
+
+#: Top-level import names that distributions share by design (canonical names): pytest (7.2 and
+#: later) ships ``py.py``, a shim for the retired ``py`` library, which gives way to that
+#: library's ``py/`` package when both are installed (pytest's own comment in it). Between
+#: these, neither order of install is ``shadows-other``; anyone else is judged as usual.
+DESIGNED_SHARING: Dict[str, FrozenSet[str]] = {"py": frozenset({"pytest", "py"})}
 
 
 @dataclass(frozen=True)
@@ -297,6 +303,8 @@ def _shadowing(name: str, artifact: str, files: List[Tuple[str, str]], dirs: Dic
     for root, (top, is_dir, source) in sorted(mine.items()):
         for other, (owner, other_is_dir) in sorted(present.get(top, {}).items()):
             if other == root or owner == name or (is_dir and other_is_dir):
+                continue
+            if {name, owner} <= DESIGNED_SHARING.get(top, frozenset()):
                 continue
             who = f"installed distribution {owner}" if owner else "the environment (no RECORD lists it)"
             out.append(Finding(name, artifact, CRITICAL, "shadows-other", source, None,
