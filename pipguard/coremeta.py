@@ -11,14 +11,19 @@ requirement by URL that pip fetches unsandboxed. :meth:`CoreMetadata.differences
 from __future__ import annotations
 
 import email.parser
+import re
 import zipfile
 from dataclasses import dataclass
 from typing import FrozenSet, List, Optional, Tuple
 
 __all__ = ["CoreMetadata", "direct_references", "wheel_metadata"]
 
-#: METADATA larger than this is not read (a real one is a few kB; a README inlined, a few hundred).
+#: Header block of METADATA read at most (a real one is a few kB). The body after it (the README,
+#: which may be large) is never read: pip acts on headers only. A header block that runs past
+#: this is *unread* and judged as a difference, never skipped.
 MAX_METADATA_BYTES = 16 * 1024 * 1024
+# The blank line that ends the headers, as ``email``'s parser splits lines (``\r\n``, ``\r``, ``\n``).
+_HEADERS_END = re.compile(rb"(?:\r\n|\r(?!\n)|\n)(?:\r\n|\r(?!\n)|\n)")
 
 
 def _requirement(text: str) -> str:
@@ -33,12 +38,17 @@ def _requirement(text: str) -> str:
 
 @dataclass(frozen=True)
 class CoreMetadata:
-    """Name (canonical), version (canonical), ``Requires-Dist`` and ``Provides-Extra`` (canonical)."""
+    """Name (canonical), version (canonical), ``Requires-Dist`` and ``Provides-Extra`` (canonical).
+
+    ``unread``: why the headers were not all read (a header block over
+    :data:`MAX_METADATA_BYTES`), ``""`` when they were: what pip reads there is unknown.
+    """
 
     name: str
     version: str
     requires_dist: FrozenSet[str]
     provides_extra: FrozenSet[str]
+    unread: str = ""
 
     @classmethod
     def parse(cls, data: bytes) -> "CoreMetadata":
@@ -53,7 +63,7 @@ class CoreMetadata:
     def differences(self, built: "CoreMetadata") -> Tuple[str, ...]:
         """What ``built`` (the wheel's) says that this (the prepared) did not, one line each;
         empty: they agree."""
-        out: List[str] = []
+        out: List[str] = [m.unread for m in (self, built) if m.unread]
         if built.name != self.name:
             out.append(f"Name {built.name!r}, prepared {self.name!r}")
         if built.version != self.version:
@@ -86,6 +96,18 @@ def direct_references(requirements: FrozenSet[str]) -> Tuple[Tuple[str, str], ..
     return tuple(sorted(out))
 
 
+def read_headers(head: bytes) -> CoreMetadata:
+    """The metadata in ``head``, the first ``MAX_METADATA_BYTES + 1`` bytes (or all) of a METADATA
+    file: only its header block is parsed; one that does not end within the limit is ``unread``."""
+    if len(head) <= MAX_METADATA_BYTES:
+        return CoreMetadata.parse(head)
+    end = _HEADERS_END.search(head, 0, MAX_METADATA_BYTES)
+    if end is None:
+        return CoreMetadata("", "", frozenset(), frozenset(),
+                            unread=f"METADATA headers run past {MAX_METADATA_BYTES} bytes and were not read")
+    return CoreMetadata.parse(head[:end.end()])
+
+
 def wheel_metadata(path: str) -> Optional[CoreMetadata]:
     """The metadata of wheel ``path`` as pip reads it (the ``METADATA`` of its one top-level
     ``.dist-info`` directory); ``None`` when there is none or it cannot be read (pip refuses such a
@@ -95,9 +117,7 @@ def wheel_metadata(path: str) -> Optional[CoreMetadata]:
             infos = {n.split("/", 1)[0] for n in zf.namelist() if n.split("/", 1)[0].endswith(".dist-info")}
             if len(infos) != 1:
                 return None
-            info = zf.getinfo(f"{infos.pop()}/METADATA")
-            if info.file_size > MAX_METADATA_BYTES:
-                return None
-            return CoreMetadata.parse(zf.read(info))
+            with zf.open(f"{infos.pop()}/METADATA") as fh:
+                return read_headers(fh.read(MAX_METADATA_BYTES + 1))
     except (OSError, KeyError, zipfile.BadZipFile, RuntimeError, EOFError, ValueError):
         return None

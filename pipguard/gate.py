@@ -26,7 +26,7 @@ import tarfile
 import zipfile
 import zlib
 from dataclasses import dataclass
-from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 from pipguard import pthshapes, wheelpaths
 from pipguard.errors import PipError, UsageError
@@ -90,6 +90,10 @@ SENSITIVE_DATA_PREFIXES: Tuple[str, ...] = (
 # A path under the prefix that is a site-packages directory (posix, Debian, lib64, Windows).
 _DATA_SITE = re.compile(r"^(?:local/)?(?:lib|lib64)/(?:python[^/]*/)?(?:site|dist)-packages/",
                         re.IGNORECASE)
+# The standard library's directories under a prefix (``lib/python3.X/``, ``lib/python3X.zip``):
+# pip's data prefix *is* the interpreter's for a system or container Python used without a venv,
+# where these come before site-packages on sys.path.
+_DATA_STDLIB = re.compile(r"^(?:local/)?(?:lib|lib64)/python[0-9][^/]*(?:/|$)", re.IGNORECASE)
 # Where installed scripts land when written through the data scheme (``prefix/bin``).
 _DATA_BIN = re.compile(r"^(?:bin|scripts)/([^/]+)$", re.IGNORECASE)
 _STARTUP_MODULES = ("sitecustomize", "usercustomize")
@@ -232,6 +236,9 @@ class _PthContext:
     #: the site-level directories the wheel ships files in (``a``, ``a/b``...): an nspkg loader
     #: may only register a namespace the wheel itself fills
     package_dirs: FrozenSet[str] = frozenset()
+    #: every file the wheel puts below a site directory (its path there): what a relative path
+    #: entry puts on ``sys.path``
+    site_files: FrozenSet[str] = frozenset()
 
 
 def _inside(path: str, root: str) -> bool:
@@ -327,6 +334,7 @@ def _check_pth(col: _Collector, member: str, data: bytes, ctx: _PthContext) -> N
         path = line.rstrip()
         why = _unsafe_path(path)
         if why is None:
+            _check_path_entry(col, member, n, path, ctx)
             continue
         if (why == "absolute path" and ctx.editable_project is not None
                 and _inside(path, ctx.editable_project)):
@@ -339,21 +347,59 @@ def _check_pth(col: _Collector, member: str, data: bytes, ctx: _PthContext) -> N
                     "every interpreter start", path, n)
 
 
-def _check_startup_module(col: _Collector, member: str, rel: str) -> None:
-    """``rel``: the member's path relative to a site-packages directory."""
+def _check_path_entry(col: _Collector, member: str, n: int, path: str, ctx: _PthContext) -> None:
+    """A relative path entry of a site-level ``.pth``: ``site.py`` appends ``<site>/<path>`` to
+    ``sys.path`` before it imports ``sitecustomize`` and ``usercustomize`` from anywhere on it,
+    so a start-up module in that directory runs at every start like one at the top; a file
+    there (a zip archive) is imported from by ``zipimport``, and the gate does not read inside."""
+    entry = posixpath.normpath(path)
+    if entry in (".", ""):
+        return  # the site directory itself: its top level is judged member by member
+    if entry in ctx.site_files:
+        col.add(HIGH, "pth-path-archive", member,
+                f".pth path entry names the wheel's file {entry}: an archive put on sys.path at every "
+                "interpreter start, whose sitecustomize would run then (its contents are not checked)",
+                path, n)
+        return
+    for rel in sorted(ctx.site_files):
+        if rel.startswith(entry + "/"):
+            mod = _startup_module(rel[len(entry) + 1:])
+            if mod is not None:
+                col.add(CRITICAL, mod, member,
+                        f"this .pth puts {entry}/ on sys.path, where the wheel ships '{mod}': site.py "
+                        "imports it at every interpreter start", rel, n)
+
+
+def _site_rel(placed: wheelpaths.Placement) -> Optional[str]:
+    """Where ``placed`` lands below a site directory (the root, ``.data/purelib|platlib`` and
+    ``.data/data/lib/pythonX.Y/site-packages/``), or ``None``."""
+    if placed.scheme == "data" and placed.error is None:
+        found = _DATA_SITE.match(placed.path)
+        return placed.path[found.end():] if found else None
+    return placed.site_path
+
+
+def _startup_module(rel: str) -> Optional[str]:
+    """The start-up module (``sitecustomize``/``usercustomize``) that ``rel``, a path relative to
+    a directory on ``sys.path``, is part of; ``None`` for anything else."""
     parts = rel.split("/")
     head = parts[0].lower()
     for mod in _STARTUP_MODULES:
         if len(parts) > 1 and head == mod:
-            col.add(CRITICAL, mod, member,
-                    f"top-level package '{mod}' is imported by site.py at every interpreter start",
-                    rel)
-        elif len(parts) == 1:
-            pieces = head.split(".")
-            if pieces[0] == mod and len(pieces) > 1 and pieces[-1] in _IMPORTABLE_SUFFIXES:
-                col.add(CRITICAL, mod, member,
-                        f"top-level module '{mod}' is imported by site.py at every interpreter start",
-                        rel)
+            return mod
+        pieces = head.split(".")
+        if len(parts) == 1 and pieces[0] == mod and len(pieces) > 1 and pieces[-1] in _IMPORTABLE_SUFFIXES:
+            return mod
+    return None
+
+
+def _check_startup_module(col: _Collector, member: str, rel: str) -> None:
+    """``rel``: the member's path relative to a site-packages directory."""
+    mod = _startup_module(rel)
+    if mod is not None:
+        kind = "package" if "/" in rel else "module"
+        col.add(CRITICAL, mod, member,
+                f"top-level {kind} '{mod}' is imported by site.py at every interpreter start", rel)
 
 
 def _shadows(script: str, dist: str) -> Optional[str]:
@@ -372,20 +418,6 @@ def _shadows(script: str, dist: str) -> Optional[str]:
     if dist in SHADOW_OWNERS.get(cmd, ()) or dist in SHADOW_OWNERS.get(name, ()):
         return None
     return cmd
-
-
-def _parse_entry_points(text: str) -> Iterable[Tuple[str, str, int, str]]:
-    """``(section, name, line_no, raw_line)`` for each entry (a tolerant INI reader)."""
-    section = ""
-    for n, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith(("#", ";")):
-            continue
-        if line.startswith("[") and line.endswith("]"):
-            section = line[1:-1].strip()
-            continue
-        if "=" in line:
-            yield section, line.split("=", 1)[0].strip(), n, raw
 
 
 def _names(zf: zipfile.ZipFile) -> Set[str]:
@@ -502,7 +534,8 @@ def _scan_wheel_zip(zf: zipfile.ZipFile, artifact: str,
     for placed in placements:
         parts = (placed.site_path or "").split("/")[:-1]
         package_dirs.update("/".join(parts[:n]) for n in range(1, len(parts) + 1))
-    pth_ctx = _PthContext(owner, editable_project, root_module, frozenset(package_dirs))
+    site_files = frozenset(rel for rel in map(_site_rel, placements) if rel is not None)
+    pth_ctx = _PthContext(owner, editable_project, root_module, frozenset(package_dirs), site_files)
 
     # Rule 4: path traversal, symlinks; rule 5 (part): duplicate members.
     seen: Set[str] = set()
@@ -561,6 +594,12 @@ def _scan_wheel_zip(zf: zipfile.ZipFile, artifact: str,
                         sub)
             elif bin_match:
                 scripts.append((name, bin_match.group(1)))
+            elif (stdlib := _DATA_STDLIB.match(sub)) is not None:
+                col.add(HIGH, "data-scheme-escape", name,
+                        "data file lands in the standard library's directory when pip's prefix is "
+                        "the interpreter's (a Python used without a venv): imported before "
+                        "site-packages, taking over standard modules", sub)
+                _check_startup_module(col, name, sub[stdlib.end():])
             elif sub.lower().startswith(SENSITIVE_DATA_PREFIXES):
                 col.add(MEDIUM, "data-scheme-escape", name,
                         "data file lands where other programs read or run it (relative to the "
@@ -588,16 +627,15 @@ def _scan_wheel_zip(zf: zipfile.ZipFile, artifact: str,
     ep_member = f"{dist_info}/entry_points.txt"
     if dist_info and ep_member in _names(zf):
         text = _read_limited(zf, zf.getinfo(ep_member), 1024 * 1024).decode("utf-8", "replace")
-        for section, script, n, raw in _parse_entry_points(text):
-            if section not in ("console_scripts", "gui_scripts"):
-                continue
-            # every name a supported pip writes for it (`sub/../git` is `git` to both)
-            for written in wheelpaths.script_names(script, raw.split("=", 1)[1].strip()):
+        # every entry a supported pip reads (`[[console_scripts]]`, `;git = m:f`), and every
+        # name a supported pip writes for it (`sub/../git` is `git` to both)
+        for entry in wheelpaths.script_entries(text):
+            for written in wheelpaths.script_names(entry.name, entry.value):
                 cmd = _shadows(written, dist)
                 if cmd:
                     col.add(HIGH, "console-script-shadowing", ep_member,
-                            f"[{section}] entry '{script}' installs a command that shadows '{cmd}'",
-                            raw.strip(), n)
+                            f"[{entry.section}] entry '{entry.name}' installs a command that shadows "
+                            f"'{cmd}'", entry.raw.strip(), entry.line)
     for member, script in scripts:
         cmd = _shadows(script, dist)
         if cmd:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from pipguard import srcguard
-from pipguard.coremeta import CoreMetadata, wheel_metadata
+from pipguard.coremeta import MAX_METADATA_BYTES, CoreMetadata, read_headers, wheel_metadata
 from pipguard.files import walk
 from pipguard.policy import HostPort, Policy
 from pipguard.report import Report
@@ -412,8 +412,8 @@ def prepared_metadata(call: HookCall) -> Optional[Tuple[str, CoreMetadata]]:
     if value is None:
         return None
     directory = os.path.join(call.output_dir, value)
-    metadata = srcguard.read_regular(os.path.join(directory, "METADATA"))
-    return None if metadata is None else (os.path.realpath(directory), CoreMetadata.parse(metadata))
+    metadata = srcguard.read_regular(os.path.join(directory, "METADATA"), MAX_METADATA_BYTES + 1)
+    return None if metadata is None else (os.path.realpath(directory), read_headers(metadata))
 
 
 def _direct_references(call: HookCall, requirements: Sequence[str], where: str) -> List[Problem]:

@@ -571,6 +571,9 @@ class Installer:
                 declared |= set(source.declared_urls)
         cached = bool(wheel.get("cached"))
         out = []
+        if metadata.unread:  # what pip would fetch cannot be told: refused, never skipped
+            out.append(gate.Finding(name, os.path.basename(path), gate.HIGH, "direct-reference", "METADATA",
+                                    None, f"{metadata.unread}: requirements by URL cannot be ruled out", ""))
         for dep, url in direct_references(metadata.requires_dist):
             if (dep, url) in declared and not cached:
                 continue

@@ -24,17 +24,23 @@ import subprocess
 import zipfile
 from dataclasses import dataclass
 from email.parser import HeaderParser
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from packaging.utils import canonicalize_name
 
 from pipguard.errors import PipError, UsageError
-from pipguard.wheelpaths import ROOT, SCHEME_KEYS, place, script_names
+from pipguard.wheelpaths import ROOT, SCHEME_KEYS, place, script_entries, script_names
 
 __all__ = ["TargetLayout", "WheelToInstall", "check_ownership", "installed_owners", "target_layout"]
 
 #: What the scheme keys of a wheel's ``<name>.data/<key>/`` mean (pip's SCHEME_KEYS).
 SCHEMES = SCHEME_KEYS
+
+#: Top-level import names that distributions share by design (canonical names): pytest (7.2 and
+#: later) ships ``py.py``, a shim for the retired ``py`` library, which gives way to that
+#: library's ``py/`` package when both are installed (pytest's own comment in it). Between
+#: these, neither order of install is ``shadows-other``; anyone else is judged as usual.
+DESIGNED_SHARING: Dict[str, FrozenSet[str]] = {"py": frozenset({"pytest", "py"})}
 
 
 @dataclass(frozen=True)
@@ -229,24 +235,10 @@ def _wheel_files(path: str, dirs: Dict[str, str]) -> Tuple[str, List[Tuple[str, 
                 out.append((_norm(base, placed.path), member))
         ep = f"{info}/entry_points.txt"
         if ep in names:
-            for section, script, value in _console_scripts(zf.read(ep).decode("utf-8", "replace")):
-                for written in script_names(script, value):  # what each supported pip writes
-                    out.append((_norm(dirs["scripts"], written), f"[{section}] {script} ({ep})"))
+            for entry in script_entries(zf.read(ep).decode("utf-8", "replace")):  # as each pip reads it
+                for written in script_names(entry.name, entry.value):  # what each supported pip writes
+                    out.append((_norm(dirs["scripts"], written), f"[{entry.section}] {entry.name} ({ep})"))
     return name, out
-
-
-def _console_scripts(text: str) -> Iterator[Tuple[str, str, str]]:
-    import configparser
-    parser = configparser.ConfigParser(delimiters=("=",), interpolation=None, strict=False)
-    parser.optionxform = str  # type: ignore[assignment,method-assign]  # script names keep their case
-    try:
-        parser.read_string(text)
-    except configparser.Error:
-        return
-    for section in ("console_scripts", "gui_scripts"):
-        if parser.has_section(section):
-            for script in parser.options(section):
-                yield section, script.strip(), (parser.get(section, script) or "").strip()
 
 
 def check_ownership(wheels: Sequence[WheelToInstall], target: TargetLayout) -> list:
@@ -311,6 +303,8 @@ def _shadowing(name: str, artifact: str, files: List[Tuple[str, str]], dirs: Dic
     for root, (top, is_dir, source) in sorted(mine.items()):
         for other, (owner, other_is_dir) in sorted(present.get(top, {}).items()):
             if other == root or owner == name or (is_dir and other_is_dir):
+                continue
+            if {name, owner} <= DESIGNED_SHARING.get(top, frozenset()):
                 continue
             who = f"installed distribution {owner}" if owner else "the environment (no RECORD lists it)"
             out.append(Finding(name, artifact, CRITICAL, "shadows-other", source, None,

@@ -12,7 +12,8 @@ Console scripts differ between pips: pip <= 25 (distlib 0.3.x) finds the name wi
 ``ENTRY_RE.search`` — the trailing run of ``[\\w.+-]`` before `` =``, so ``sub/../git`` makes
 ``git``; newer distlib takes the whole name and pip 26 refuses one that leaves the scripts
 directory (after writing the wheel's files). :func:`script_names` gives every name any supported
-pip may write.
+pip may write, for every entry :func:`script_entries` finds the way any supported pip reads
+``entry_points.txt``.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from __future__ import annotations
 import posixpath
 import re
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Iterator, Optional, Tuple
 
-__all__ = ["SCHEME_KEYS", "Placement", "place", "script_names"]
+__all__ = ["SCHEME_KEYS", "Placement", "ScriptEntry", "place", "script_entries", "script_names"]
 
 #: The scheme keys of ``<name>.data/<key>/`` (pip's ``SCHEME_KEYS``).
 SCHEME_KEYS = ("purelib", "platlib", "scripts", "data", "headers")
@@ -101,3 +102,46 @@ def script_names(name: str, value: str) -> Tuple[str, ...]:
     if found is not None:
         out.append(found.group("name"))
     return tuple(dict.fromkeys(out))
+
+
+#: The ``entry_points.txt`` sections pip makes commands from.
+SCRIPT_SECTIONS = ("console_scripts", "gui_scripts")
+
+
+@dataclass(frozen=True)
+class ScriptEntry:
+    """One console or GUI script entry as a pip reads it: ``name = value`` in ``section``, on
+    1-based line ``line`` (``raw``: that line as written)."""
+
+    section: str
+    name: str
+    value: str
+    line: int
+    raw: str
+
+
+def script_entries(text: str) -> Iterator[ScriptEntry]:
+    """Every ``console_scripts``/``gui_scripts`` entry any supported pip reads from
+    ``entry_points.txt`` ``text``.
+
+    pip on Python >= 3.11 reads it with ``importlib.metadata`` (``Sectioned``): lines stripped,
+    only ``#`` starts a comment (``;git = m:f`` is an entry named ``;git``, which distlib <= 0.3.9
+    writes as ``git``), and a section header is a line starting with ``[`` and ending with ``]``,
+    named by the line stripped of *every* ``[`` and ``]`` at its ends (``[[console_scripts]]`` is
+    ``console_scripts``). pip on older Pythons reads it with ``pkg_resources`` (the header's
+    inner text, stripped). An entry counts when either reading puts it in a script section; the
+    name and value are the text around the first ``=``, stripped (both readings).
+    """
+    sections: Tuple[str, ...] = ()
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            sections = tuple(dict.fromkeys((line.strip("[]"), line[1:-1].strip())))
+            continue
+        section = next((s for s in sections if s in SCRIPT_SECTIONS), None)
+        if section is None or "=" not in line:
+            continue
+        name, value = (part.strip() for part in line.split("=", 1))
+        yield ScriptEntry(section, name, value, n, raw)

@@ -15,10 +15,10 @@ CFG = json.load(open(os.path.join(HERE, "hand.json")))
 INFO = "%s-%s.dist-info" % (CFG["name"], CFG["version"])
 
 
-def _metadata(requires):
+def _metadata(requires, body=0):
     lines = ["Metadata-Version: 2.1", "Name: " + CFG["name"], "Version: " + CFG["version"]]
     lines += ["Requires-Dist: " + r for r in requires]
-    return ("\n".join(lines) + "\n\n").encode()
+    return ("\n".join(lines) + "\n\n").encode() + b"." * body
 
 
 WHEEL = b"Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
@@ -45,7 +45,7 @@ def _b64(data):
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     name = "%s-%s-py3-none-any.whl" % (CFG["name"], CFG["version"])
     members = {k: v.encode() for k, v in CFG["members"].items()}
-    members[INFO + "/METADATA"] = _metadata(CFG["built_requires"])
+    members[INFO + "/METADATA"] = _metadata(CFG["built_requires"], CFG.get("built_body", 0))
     members[INFO + "/WHEEL"] = WHEEL
     rows = ["%s,sha256=%s,%d" % (p, _b64(d), len(d)) for p, d in members.items()]
     rows.append(INFO + "/RECORD,,")
@@ -59,16 +59,16 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 
 def write_hand_project(root: Path, name: str, *, members: Dict[str, str],
                        prepared_requires: Sequence[str] = (), built_requires: Optional[Sequence[str]] = None,
-                       version: str = "1.0") -> Path:
+                       version: str = "1.0", built_body: int = 0) -> Path:
     """``root/name``: a project whose backend (``hand_backend.py``, in the tree) prepares
     metadata with ``prepared_requires`` and builds a wheel of ``members`` whose METADATA says
-    ``built_requires`` (default: the same)."""
+    ``built_requires`` (default: the same), followed by a body of ``built_body`` bytes."""
     src = root / name
     src.mkdir(parents=True)
     (src / "hand_backend.py").write_text(BACKEND_SOURCE)
     (src / "hand.json").write_text(json.dumps({
         "name": name, "version": version, "members": members,
-        "prepared_requires": list(prepared_requires),
+        "prepared_requires": list(prepared_requires), "built_body": built_body,
         "built_requires": list(prepared_requires if built_requires is None else built_requires)}))
     (src / "pyproject.toml").write_text(
         '[build-system]\nrequires = []\nbuild-backend = "hand_backend"\nbackend-path = ["."]\n\n'
