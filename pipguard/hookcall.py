@@ -117,11 +117,11 @@ class HookResult:
 
 
 def plan_call(argv: Sequence[str], cwd: str, env: Dict[str, str], *, project: bool = False,
-              baseline: Optional[FrozenSet[str]] = None) -> HookCall:
+              first_tree: Optional["srcguard.Tree"] = None) -> HookCall:
     """Derive a :class:`HookCall` from what pip's seam sent for one call. ``project``: its tree
     is the user's (pip builds a local directory in place, and keeps it), so every file of it is
-    snapshot (:func:`pipguard.srcguard.snapshot_tree`); ``baseline``: the paths that tree held
-    before the install's first hook call (None: this is the first)."""
+    snapshot (:func:`pipguard.srcguard.snapshot_tree`); ``first_tree``: that tree's snapshot
+    before the install's first hook call in it (None: this is the first): the user's files."""
     if len(argv) != 4:
         raise HookCallRefused(f"unexpected hook command: {list(argv)[:6]}")
     python, script, hook, control_dir = (str(a) for a in argv)
@@ -155,7 +155,7 @@ def plan_call(argv: Sequence[str], cwd: str, env: Dict[str, str], *, project: bo
     clean_env["PYTHONDONTWRITEBYTECODE"] = "1"
     protected, tree = srcguard.snapshot(cwd), None
     if project:
-        more, tree = srcguard.snapshot_tree(cwd, baseline)
+        more, tree = srcguard.snapshot_tree(cwd, first_tree)
         protected += more
     return HookCall(hook, name, version, (python, script, hook, control_dir), cwd, clean_env,
                     control_dir, output_dir, tuple(dict.fromkeys(r for r in reads if r != cwd)),

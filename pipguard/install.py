@@ -39,7 +39,7 @@ from pipguard.policyfile import ProjectPolicy
 # models, the report and the gate come while pip starts (_warm_up) or where
 # they are used (~20 ms that were before pip started; docs/performance.md).
 if TYPE_CHECKING:
-    from pipguard import gate  # imported where it scans: tarfile, zipfile, lzma... (~15 ms a start)
+    from pipguard import gate, srcguard  # imported where it scans: tarfile, zipfile, lzma... (~15 ms a start)
     from pipguard.approvals import Approval, Origin
     from pipguard.hookcall import HookResult
     from pipguard.install_result import InstallResult, PackageResult, Phase, Refusal
@@ -138,8 +138,8 @@ class Installer:
         self.sources: Dict[str, Source] = {}
         #: every source tree a hook call ran in (its cwd): what it holds is no longer the author's
         self.hooked_trees: Set[str] = set()
-        #: project tree -> the paths it held before its first hook call (the user's files)
-        self.tree_baselines: Dict[str, FrozenSet[str]] = {}
+        #: project tree -> its snapshot before its first hook call (the user's files)
+        self.first_trees: Dict[str, "srcguard.Tree"] = {}
         #: package -> its artifact, as learnt from the seam
         self.origins: Dict[str, Origin] = {}
         #: package -> its blocked attempts an approval accepted, with the approval
@@ -319,13 +319,13 @@ class Installer:
         project = self.sources.get(cwd, Source()).project
         try:
             call = hookcall.plan_call(request.get("argv") or [], cwd, dict(request.get("env") or {}),
-                                      project=project, baseline=self.tree_baselines.get(cwd))
+                                      project=project, first_tree=self.first_trees.get(cwd))
         except hookcall.HookCallRefused as exc:
             self.error = self.error or f"pipguard refused a hook call: {exc}"
             return {"exit": 1, "message": f"pipguard: {exc}"}
         self.hooked_trees.add(call.cwd)
         if call.tree is not None:
-            self.tree_baselines.setdefault(call.cwd, call.tree.baseline)
+            self.first_trees.setdefault(call.cwd, call.tree)
         # the name pip resolved wins over what the tree says about itself
         pip_name, origin, declared_urls, _project = self.sources.get(call.cwd, Source())
         if pip_name and pip_name != call.package:

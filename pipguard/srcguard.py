@@ -158,7 +158,7 @@ def check_and_restore(source_dir: str, before: Tuple[Entry, ...], tree: Optional
     now_entries = snapshot(source_dir)
     after_tree: Optional[Tree] = None
     if tree is not None:
-        more, after_tree = snapshot_tree(source_dir, tree.baseline)
+        more, after_tree = snapshot_tree(source_dir, tree)
         now_entries += more
     after = {e.rel: e for e in now_entries}
     old = {e.rel: e for e in before}
@@ -199,7 +199,11 @@ def check_and_restore(source_dir: str, before: Tuple[Entry, ...], tree: Optional
     if changed:
         _restore(source_dir, before, changed)
     if tree is not None and after_tree is not None:
-        problems += _tree_problems(source_dir, tree, after_tree)
+        found = _tree_problems(source_dir, tree, after_tree)
+        for severity, rule, _message, path in found:
+            if rule == RUN_LATER_RULE and os.path.islink(path):
+                os.unlink(path)  # the link only, never what it leads to
+        problems += found
     return problems
 
 
@@ -320,13 +324,18 @@ BUILD_OUTPUTS = (
     "build",        # setuptools, scikit-build-core (build-dir), meson-python editable (build/cp3XY)
     "dist",         # setuptools' sdist/bdist commands
     ".eggs",        # setuptools' setup_requires
-    "_skbuild",     # scikit-build (classic)
     ".pdm-build",   # pdm-backend
 )
 #: name prefixes of build outputs: meson-python's temporary build directory
 BUILD_OUTPUT_PREFIXES = (".mesonpy-",)
-#: a build output only when the project is a Rust one (maturin runs cargo: ``target/``)
+#: build outputs that pytest walks into from the project's root (not in its default
+#: ``norecursedirs``): only a ``conftest.py`` and start-up files are looked for there (a
+#: ``Makefile`` CMake or a crate's configure writes there runs only if you go there and run make)
+COLLECTED_OUTPUTS = ("_skbuild",)   # scikit-build (classic)
+#: ... and ``target/`` when the project is a Rust one (maturin runs cargo)
 CARGO_OUTPUT = "target"
+#: what pytest loads from any directory it collects, without being asked
+_COLLECTED_NAMES = ("conftest.py",)
 #: entries looked at in a project tree, at most; past it the rest is not checked (reported)
 MAX_TREE = 100_000
 #: at most this many created/changed files are listed per hook call (the rest are counted)
@@ -349,6 +358,8 @@ class Tree:
     stamps: Dict[str, Tuple[int, ...]]
     baseline: FrozenSet[str]
     complete: bool = True
+    #: whether the install's first snapshot saw the whole tree (the user's tree was not too big)
+    baseline_complete: bool = True
 
 
 def _stamp(st: os.stat_result) -> Tuple[int, ...]:
@@ -367,27 +378,34 @@ def _startup_parts(parts: Sequence[str]) -> Optional[int]:
     return None
 
 
-def _is_output(name: str, is_dir: bool, cargo: bool) -> bool:
-    return is_dir and (name in BUILD_OUTPUTS or name.startswith(BUILD_OUTPUT_PREFIXES)
-                       or (cargo and name == CARGO_OUTPUT))
+#: how a directory of the project tree is looked at
+_WHOLE, _NAMED, _COLLECTED = 0, 1, 2   # every file; run-later and start-up files; conftest and start-up
 
 
-def snapshot_tree(source_dir: str, baseline: Optional[FrozenSet[str]] = None
-                  ) -> Tuple[Tuple[Entry, ...], Tree]:
+def _output_view(name: str, cargo: bool) -> Optional[int]:
+    """How a top-level directory that a backend writes is looked at: -1 not at all, else a view."""
+    if name in BUILD_OUTPUTS or name.startswith(BUILD_OUTPUT_PREFIXES):
+        return -1
+    if name in COLLECTED_OUTPUTS or (cargo and name == CARGO_OUTPUT):
+        return _COLLECTED
+    return None
+
+
+def snapshot_tree(source_dir: str, first: Optional[Tree] = None) -> Tuple[Tuple[Entry, ...], Tree]:
     """The protected entries of a project tree (run-later, start-up and environment files,
-    repositories in subdirectories) and the stat of every other file; ``baseline``: the
-    install's first snapshot's paths (None: this is the first). Links are never followed; the
-    root's ``.git``/``.hg`` and the files pipguard reads are :func:`snapshot`'s."""
+    repositories in subdirectories) and the stat of every other file; ``first``: the install's
+    first snapshot of this tree (None: this is the first), whose paths are the user's files.
+    Links are never followed; the root's ``.git``/``.hg`` are :func:`snapshot`'s."""
     protected: List[Entry] = []
     stamps: Dict[str, Tuple[int, ...]] = {}
     cargo = os.path.isfile(os.path.join(source_dir, "Cargo.toml"))
-    # (directory relative to the root, why its files are protected or "", quiet: only
-    # run-later and start-up files are looked at, in a venv: its files are protected)
-    stack: List[Tuple[str, str, bool, bool]] = [("", "", False, False)]
+    # (directory relative to the root, why its files are protected or "", its view, in a venv:
+    # its files are protected)
+    stack: List[Tuple[str, str, int, bool]] = [("", "", _WHOLE, False)]
     seen = 0
     complete = True
     while stack:
-        rel_dir, why_dir, quiet, env = stack.pop()
+        rel_dir, why_dir, view, env = stack.pop()
         entries = _scandir(os.path.join(source_dir, rel_dir) if rel_dir else source_dir)
         seen += len(entries)
         if seen > MAX_TREE:
@@ -404,27 +422,34 @@ def snapshot_tree(source_dir: str, baseline: Optional[FrozenSet[str]] = None
             except OSError:
                 continue
             is_dir = stat.S_ISDIR(st.st_mode)
-            if not rel_dir and _is_output(name, is_dir, cargo):
+            output = _output_view(name, cargo) if not rel_dir and is_dir else None
+            if output == -1:
                 if name == "build":  # setuptools' editable link trees are on sys.path
-                    stack += [(f"build/{e.name}", "", True, False) for e in _scandir(os.path.join(source_dir, rel))
+                    stack += [(f"build/{e.name}", "", _NAMED, False) for e in _scandir(os.path.join(source_dir, rel))
                               if e.name.startswith("__editable__") and e.is_dir(follow_symlinks=False)]
                 continue
             why = why_dir or (_RUN_LATER_DIRS.get(name, "") if is_dir else _RUN_LATER_FILES.get(name, ""))
             if is_dir:
-                stack.append((rel, why, quiet or name.endswith(".egg-info"), env))
+                sub = output if output is not None else \
+                    max(view, _NAMED if name.endswith(".egg-info") else _WHOLE)
+                stack.append((rel, why, sub, env))
                 continue
             parts = rel.split("/")
             if _startup_parts(parts) is not None:
                 protected.append(_tree_entry(source_dir, rel, st, STARTUP_RULE, copy=True))
+            elif view == _COLLECTED:
+                if name in _COLLECTED_NAMES:
+                    protected.append(_tree_entry(source_dir, rel, st, RUN_LATER_RULE, copy=True))
             elif env:
                 protected.append(_tree_entry(source_dir, rel, st, ENV_RULE, copy=False))
             elif why:
                 stamped = any(p in _STAMPED_DIRS for p in parts[:-1])
                 protected.append(_tree_entry(source_dir, rel, st, RUN_LATER_RULE, copy=not stamped))
-            elif not quiet:
+            elif view == _WHOLE:
                 stamps[rel] = _stamp(st)
-
-    return tuple(protected), Tree(stamps, frozenset(stamps) if baseline is None else baseline, complete)
+    if first is None:
+        return tuple(protected), Tree(stamps, frozenset(stamps), complete, complete)
+    return tuple(protected), Tree(stamps, first.baseline, complete, first.baseline_complete)
 
 
 def _scandir(path: str) -> List[os.DirEntry]:
@@ -492,10 +517,14 @@ def _tree_problems(source_dir: str, before: Tree, after: Tree) -> List[Tuple[str
                                        ("changed or removed", changed + removed, "medium", CHANGED_RULE)):
         if len(rels) > MAX_LISTED:
             out.append((severity, rule, f"and {len(rels) - MAX_LISTED} more files {what} in your project", ""))
-    if before.complete and not after.complete:
+    for rel in created:
+        if stat.S_ISLNK(after.stamps[rel][0]) and os.path.isdir(os.path.join(source_dir, rel)):
+            out.append(("critical", RUN_LATER_RULE, f"the build created {rel}, a link to a directory: tools "
+                        "walk into it (pytest collects it), and what it leads to was not checked; removed", rel))
+    if before.baseline_complete and not after.complete:
         out.append(("high", UNCHECKED_RULE, f"the build grew your project past {MAX_TREE} entries: "
                     "what it wrote there was not checked", ""))
-    elif not before.complete:
+    elif not after.complete:
         out.append(("medium", UNCHECKED_RULE, f"your project has more than {MAX_TREE} entries: only the "
                     "protected ones and the first entries were checked", ""))
     return [(s, r, m, os.path.join(source_dir, p) if p else source_dir) for s, r, m, p in out]
