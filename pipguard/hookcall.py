@@ -82,15 +82,25 @@ class HookCall:
     #: what that prepared metadata said, read when its call ended (the installer fills it in):
     #: the wheel built must say the same (:mod:`pipguard.coremeta`); None: not checked
     expected_metadata: Optional[CoreMetadata] = None
+    #: the user's project tree (a local directory pip builds in place) by its files' stat,
+    #: before the call; None: pip's own unpacked tree, thrown away after the install
+    tree: Optional["srcguard.Tree"] = None
 
 
 @dataclass(frozen=True)
 class Problem:
-    """Something about a hook call's result that refuses the install."""
+    """Something about a hook call's result: refuses the install at a refusing
+    ``severity`` (the gate's), and is only reported below it (a file the build
+    created in the user's project)."""
 
     rule: str
     message: str
     path: str = ""
+    severity: str = "critical"
+
+    @property
+    def refuses(self) -> bool:
+        return self.severity in ("critical", "high")
 
 
 @dataclass(frozen=True)
@@ -101,16 +111,24 @@ class HookResult:
 
     @property
     def clean(self) -> bool:
-        return self.report.verdict == "clean" and not self.problems and self.report.exit_code == 0
+        return self.report.verdict == "clean" and not self.refusals and self.report.exit_code == 0
+
+    @property
+    def refusals(self) -> Tuple[Problem, ...]:
+        return tuple(p for p in self.problems if p.refuses)
 
     @property
     def refusing(self) -> bool:
         """Blocked attempts or a bad result: refuses the whole install."""
-        return self.report.verdict == "blocked" or bool(self.problems)
+        return self.report.verdict == "blocked" or bool(self.refusals)
 
 
-def plan_call(argv: Sequence[str], cwd: str, env: Dict[str, str]) -> HookCall:
-    """Derive a :class:`HookCall` from what pip's seam sent for one call."""
+def plan_call(argv: Sequence[str], cwd: str, env: Dict[str, str], *, project: bool = False,
+              first_tree: Optional["srcguard.Tree"] = None) -> HookCall:
+    """Derive a :class:`HookCall` from what pip's seam sent for one call. ``project``: its tree
+    is the user's (pip builds a local directory in place, and keeps it), so every file of it is
+    snapshot (:func:`pipguard.srcguard.snapshot_tree`); ``first_tree``: that tree's snapshot
+    before the install's first hook call in it (None: this is the first): the user's files."""
     if len(argv) != 4:
         raise HookCallRefused(f"unexpected hook command: {list(argv)[:6]}")
     python, script, hook, control_dir = (str(a) for a in argv)
@@ -144,9 +162,13 @@ def plan_call(argv: Sequence[str], cwd: str, env: Dict[str, str]) -> HookCall:
     # would try (and be refused, a write-outside-roots finding) to cache it. Whatever a
     # hook call could cache lies in pip's throw-away directories: nothing is lost.
     clean_env["PYTHONDONTWRITEBYTECODE"] = "1"
+    protected, tree = srcguard.snapshot(cwd), None
+    if project:
+        more, tree = srcguard.snapshot_tree(cwd, first_tree)
+        protected += more
     return HookCall(hook, name, version, (python, script, hook, control_dir), cwd, clean_env,
                     control_dir, output_dir, tuple(dict.fromkeys(r for r in reads if r != cwd)),
-                    tuple(dict.fromkeys(writes)), srcguard.snapshot(cwd), prepared_metadata=prepared_dir)
+                    tuple(dict.fromkeys(writes)), protected, prepared_metadata=prepared_dir, tree=tree)
 
 
 #: pyproject-hooks' marker (its name before and since 1.0): a prepare-metadata call for a
@@ -300,8 +322,8 @@ def sandbox_policy(call: HookCall, *, isolation: str, build_hosts: Sequence[Host
 def check_result(call: HookCall, succeeded: bool = True) -> Tuple[Problem, ...]:
     """What is wrong with what the hook left for pip (empty: nothing). A
     call that failed (``succeeded`` False) owes no result: pip reports it."""
-    problems: List[Problem] = [Problem(rule, message, path) for rule, message, path
-                               in srcguard.check_and_restore(call.cwd, call.protected)]
+    problems: List[Problem] = [Problem(rule, message, path, severity) for severity, rule, message, path
+                               in srcguard.check_and_restore(call.cwd, call.protected, call.tree)]
     expected_control = {"input.json", "output.json"}
     try:
         entries = set(os.listdir(call.control_dir))

@@ -40,7 +40,7 @@ from pipguard.policyfile import ProjectPolicy
 # they are used (~20 ms that were before pip started; docs/performance.md).
 if TYPE_CHECKING:
     from pipguard import buildoutput
-    from pipguard import gate  # imported where it scans: tarfile, zipfile, lzma... (~15 ms a start)
+    from pipguard import gate, srcguard  # imported where it scans: tarfile, zipfile, lzma... (~15 ms a start)
     from pipguard.approvals import Approval, Origin
     from pipguard.coremeta import CoreMetadata
     from pipguard.hookcall import HookResult
@@ -109,6 +109,9 @@ class Source(NamedTuple):
     name: Optional[str] = None  # the requirement's canonical name, as pip resolved it
     origin: Optional[Origin] = None
     declared_urls: FrozenSet[Tuple[str, str]] = frozenset()  # hookcall.declared_url_requirements
+    #: the user's own tree, which outlives the install (a local directory pip builds in place, an
+    #: editable checkout), not pip's unpacked copy in its temporary directory
+    project: bool = False
 
 
 class Installer:
@@ -137,6 +140,8 @@ class Installer:
         self.sources: Dict[str, Source] = {}
         #: every source tree a hook call ran in (its cwd): what it holds is no longer the author's
         self.hooked_trees: Set[str] = set()
+        #: project tree -> its snapshot before its first hook call (the user's files)
+        self.first_trees: Dict[str, "srcguard.Tree"] = {}
         #: package -> its artifact, as learnt from the seam
         self.origins: Dict[str, Origin] = {}
         #: package -> its blocked attempts an approval accepted, with the approval
@@ -268,7 +273,7 @@ class Installer:
             events = self._counting_events(name)
             packages[name] = PackageResult(
                 name, calls[-1].call.version, "", "", True,
-                "blocked" if events or any(r.problems for r in calls) else
+                "blocked" if events or any(r.refusals for r in calls) else
                 ("approved" if self.accepted.get(name) else "clean"),
                 tuple(f for r in calls for f in _problem_findings(r)), events,
                 self.origins.get(name), (), tuple(self.accepted.get(name, ())))
@@ -347,22 +352,27 @@ class Installer:
                         frozenset() if written else declared_url_requirements(directory))
             self.sources[directory] = Source(
                 canonicalize_name(name) if isinstance(name, str) and name else None,
-                Origin.from_json(request.get("origin")), declared)
+                Origin.from_json(request.get("origin")), declared,
+                bool(earlier.project if earlier is not None else request.get("project") is True))
         return {}
 
     def _on_hook(self, request: dict, fds: List[int]) -> dict:
         from pipguard import hookcall
         from pipguard.install_result import Refusal, _counting
 
+        cwd = os.path.realpath(str(request.get("cwd") or "/"))
+        project = self.sources.get(cwd, Source()).project
         try:
-            call = hookcall.plan_call(request.get("argv") or [], str(request.get("cwd") or "/"),
-                                      dict(request.get("env") or {}))
+            call = hookcall.plan_call(request.get("argv") or [], cwd, dict(request.get("env") or {}),
+                                      project=project, first_tree=self.first_trees.get(cwd))
         except hookcall.HookCallRefused as exc:
             self.error = self.error or f"pipguard refused a hook call: {exc}"
             return {"exit": 1, "message": f"pipguard: {exc}"}
         self.hooked_trees.add(call.cwd)
+        if call.tree is not None:
+            self.first_trees.setdefault(call.cwd, call.tree)
         # the name pip resolved wins over what the tree says about itself
-        pip_name, origin, declared_urls = self.sources.get(call.cwd, Source())
+        pip_name, origin, declared_urls, _project = self.sources.get(call.cwd, Source())
         if pip_name and pip_name != call.package:
             call = dataclasses.replace(call, package=pip_name)
         if declared_urls:
@@ -387,11 +397,11 @@ class Installer:
             self.progress(f"{who}: {call.hook} failed: {result.report.error}")
             return {"exit": status or 1, "message": f"pipguard: {call.hook} of {who}: {result.report.error}"}
         counting = _counting(phase)
-        if counting or result.problems:
-            if result.problems:
+        if counting or result.refusals:
+            if result.refusals:
                 why = self._refuse(Refusal(call.package, call.version, "output", call.hook,
                                            tuple(f"{p.rule}: {p.message} {p.path}".strip()
-                                                 for p in result.problems), origin))
+                                                 for p in result.refusals), origin))
             else:
                 why = self._refuse(Refusal(call.package, call.version, "attempt", call.hook,
                                            tuple(_seen(e) for e in counting), origin, _hosts(counting)))
@@ -453,7 +463,7 @@ class Installer:
         if report.exit_code == 0:
             problems += unprintable_result(call)
         result = hookcall.HookResult(call, report, problems)
-        prepared = hookcall.prepared_metadata(call) if report.exit_code == 0 and not result.problems else None
+        prepared = hookcall.prepared_metadata(call) if report.exit_code == 0 and not result.refusals else None
         if prepared is not None:
             self.prepared[prepared[0]] = prepared[1]
         built = hookcall.built_artifact(call)
@@ -504,6 +514,8 @@ class Installer:
                 return {"decision": "refuse", "message": "pipguard: " + self.error}
             findings += tuple(owned.get(name, ()))
             findings += self._url_findings(name, path, wheel, calls)
+            # what its hook calls left that is only reported (files created in the user's project)
+            findings += tuple(f for r in calls for f in _problem_findings(r))
             origin = Origin.from_json(wheel.get("origin")) or self.origins.get(name)
             if origin is not None:
                 self.origins[name] = origin
@@ -772,7 +784,7 @@ def _hosts(events: Sequence[Event]) -> Tuple[str, ...]:
 def _problem_findings(result: "HookResult") -> Tuple["gate.Finding", ...]:
     from pipguard import gate
 
-    return tuple(gate.Finding(result.call.package, "", "critical", p.rule, p.path, None,
+    return tuple(gate.Finding(result.call.package, "", p.severity, p.rule, p.path, None,
                               f"{result.call.hook}: {p.message}", p.path)
                  for p in result.problems)
 

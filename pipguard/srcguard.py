@@ -24,10 +24,11 @@ the user's own).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 #: entries of the source tree's root whose contents run commands
 VCS_ROOTS = (".git", ".hg")
@@ -53,6 +54,11 @@ class Entry:
     mode: int = 0
     content: bytes = b""
     vcs: bool = True
+    #: the rule a change to it breaks (:data:`VCS_RULE`, or a project-tree rule)
+    rule: str = VCS_RULE
+    #: for an entry kept by its stat only (no copy): what :func:`_stamp` saw; compared instead of
+    #: ``content``, and never put back (a changed one is reported and left as it is)
+    stamp: Tuple[int, ...] = ()
 
 
 def read_regular(path: str, limit: int = MAX_FILE) -> Optional[bytes]:
@@ -141,30 +147,63 @@ def snapshot(source_dir: str) -> Tuple[Entry, ...]:
     return tuple(out)
 
 
-def check_and_restore(source_dir: str, before: Tuple[Entry, ...]) -> List[Tuple[str, str, str]]:
-    """(rule, message, path) for each protected entry the call changed; version-control
-    entries are put back as they were in ``before``."""
-    if not before:
+def check_and_restore(source_dir: str, before: Tuple[Entry, ...], tree: Optional[Tree] = None
+                      ) -> List[Tuple[str, str, str, str]]:
+    """(severity, rule, message, path) for each protected entry the call changed (critical,
+    refusing) and, with ``tree`` (a project tree's :func:`snapshot_tree`), each ordinary file it
+    created or changed (reported only); protected entries are put back as they were in
+    ``before`` (a created one removed)."""
+    if not before and tree is None:
         return []
-    after = {e.rel: e for e in snapshot(source_dir)}
+    now_entries = snapshot(source_dir)
+    after_tree: Optional[Tree] = None
+    if tree is not None:
+        more, after_tree = snapshot_tree(source_dir, tree)
+        now_entries += more
+    after = {e.rel: e for e in now_entries}
     old = {e.rel: e for e in before}
-    problems: List[Tuple[str, str, str]] = []
+    problems: List[Tuple[str, str, str, str]] = []
     changed: List[str] = []
     for rel in sorted(set(old) | set(after)):
-        was = old.get(rel) or Entry(rel, "absent", vcs=after[rel].vcs)
-        now = after.get(rel) or Entry(rel, "absent", vcs=was.vcs)
+        was = old.get(rel) or dataclasses.replace(after[rel], kind="absent", content=b"", stamp=())
+        now = after.get(rel) or Entry(rel, "absent", vcs=was.vcs, rule=was.rule)
+        path = os.path.join(source_dir, rel)
         if not was.vcs:
             if now.kind != was.kind and now.kind not in ("file", "absent"):
-                problems.append((SOURCE_RULE, f"the build replaced {rel} (pipguard reads it, not "
-                                 f"sandboxed) by a {'symlink' if now.kind == 'link' else 'FIFO, socket or device'}", os.path.join(source_dir, rel)))
+                problems.append(("critical", SOURCE_RULE, f"the build replaced {rel} (pipguard reads it, not "
+                                 f"sandboxed) by a {'symlink' if now.kind == 'link' else 'FIFO, socket or device'}", path))
             continue
-        if (was.kind, was.content, was.mode if was.kind == "file" else 0) != \
-                (now.kind, now.content, now.mode if now.kind == "file" else 0):
+        if (was.kind, was.content, was.mode if was.kind == "file" else 0, was.stamp) == \
+                (now.kind, now.content, now.mode if now.kind == "file" else 0, now.stamp):
+            continue
+        # an entry kept by its stat only is never rewritten: what the build created goes,
+        # what it changed of the user's stays as the build left it (reported)
+        undo = was.kind == "absent" or not was.stamp
+        if undo:
             changed.append(rel)
-            problems.append((VCS_RULE, "the build changed version-control state that runs commands "
-                             f"({rel}: {was.kind} -> {now.kind}); put back", os.path.join(source_dir, rel)))
+        done = ("removed" if was.kind == "absent" else "put back") if undo else "left as the build made it"
+        if now.rule == VCS_RULE and was.rule == VCS_RULE:
+            problems.append(("critical", VCS_RULE, "the build changed version-control state that runs "
+                             f"commands ({rel}: {was.kind} -> {now.kind}); {done}", path))
+        elif STARTUP_RULE in (was.rule, now.rule) and now.kind != "absent":
+            for severity, rule, message in _judge_startup(rel, now.content):
+                problems.append((severity, rule, f"{message} (the build wrote {rel} into your project; "
+                                 f"{done})", path))
+        elif ENV_RULE in (was.rule, now.rule):
+            problems.append(("critical", ENV_RULE, f"the build changed {rel}, in an environment inside your "
+                             f"project (its files are imported and run); {done}", path))
+        else:
+            what = "created" if was.kind == "absent" else "removed" if now.kind == "absent" else "changed"
+            problems.append(("critical", now.rule, f"the build {what} {rel}, which runs later outside any "
+                             f"sandbox ({_why_run_later(rel) or 'a start-up file'}); {done}", path))
     if changed:
         _restore(source_dir, before, changed)
+    if tree is not None and after_tree is not None:
+        found = _tree_problems(source_dir, tree, after_tree)
+        for severity, rule, _message, path in found:
+            if rule == RUN_LATER_RULE and os.path.islink(path):
+                os.unlink(path)  # the link only, never what it leads to
+        problems += found
     return problems
 
 
@@ -183,7 +222,7 @@ def _restore(source_dir: str, before: Tuple[Entry, ...], changed: List[str]) -> 
         if inside(rel):
             _remove(os.path.join(real_root, rel))
     for entry in sorted(before, key=lambda e: e.rel.count(os.sep)):
-        if not entry.vcs or entry.kind in ("absent", "other"):
+        if not entry.vcs or entry.stamp or entry.kind in ("absent", "other"):
             continue
         if not any(entry.rel == c or entry.rel.startswith(c + os.sep) for c in changed):
             continue
@@ -222,3 +261,270 @@ def _remove(path: str) -> None:
             os.unlink(path)
         except OSError:
             pass
+
+
+# ------------------------------------------------------------------ the user's project tree
+#
+# For a tree pip builds in place and keeps (a local directory: ``pip install ./proj``, ``-e .``, a
+# path in ``-r``; an editable VCS checkout), every file of it is looked at, by its stat: what a
+# hook call created or changed there outlives the install. Three kinds of entries:
+#
+# - files another program runs later, outside any sandbox (:data:`RUN_LATER`), start-up files
+#   (``sitecustomize``/``usercustomize``, ``.pth``: judged by the gate's own rules) and whatever
+#   lies in an environment inside the project (a directory holding ``pyvenv.cfg``): protected
+#   entries like version-control state — a change refuses the install and is undone;
+# - the backend's own outputs (:data:`BUILD_OUTPUTS`): not looked at;
+# - everything else: by its stat only; a new file is reported (informational: Cython's ``.c``,
+#   an extension built in place), a change to a file the user had is reported (medium) and not
+#   refused — setuptools-scm and hatch-vcs rewrite their version file, Cython regenerates a
+#   tracked ``.c``, and a stat cannot tell that from an edit.
+
+#: files and directories of a project tree that another program runs or loads later, outside any
+#: sandbox: (name, ``file`` for a file of that name at any depth or ``dir`` for any file below a
+#: directory of that name, why). A build that creates or changes one refuses the install.
+#: Not in it, on purpose: ``pyproject.toml`` and ``setup.cfg`` (the backend's configuration,
+#: which builds rewrite and restore — poetry-dynamic-versioning; read again only by the next build,
+#: which is sandboxed: a change is reported), ``.gitattributes`` (names filter and diff drivers,
+#: which only git configuration defines: the repositories' configuration is protected).
+RUN_LATER: Tuple[Tuple[str, str, str], ...] = (
+    ("conftest.py", "file", "pytest imports it when it collects the directory"),
+    ("noxfile.py", "file", "nox imports it"),
+    ("Makefile", "file", "make runs its recipes"),
+    ("makefile", "file", "make runs its recipes"),
+    ("GNUmakefile", "file", "make runs its recipes"),
+    ("justfile", "file", "just runs its recipes"),
+    ("Justfile", "file", "just runs its recipes"),
+    ("tox.ini", "file", "tox runs its commands; pytest reads its addopts (-p loads a module)"),
+    ("pytest.ini", "file", "pytest reads its addopts (-p loads a module)"),
+    (".pytest.ini", "file", "pytest reads its addopts (-p loads a module)"),
+    (".envrc", "file", "direnv sources it when a shell enters the directory"),
+    (".env", "file", "VS Code, python-dotenv and docker compose load its variables (LD_PRELOAD, PYTHONPATH)"),
+    (".pdbrc", "file", "pdb runs its commands when the debugger starts in the directory"),
+    (".pre-commit-config.yaml", "file", "pre-commit runs the hooks it names at the next commit"),
+    (".gitlab-ci.yml", "file", "CI runs it, with the project's secrets, once it is pushed"),
+    (".vscode", "dir", "VS Code runs tasks and launch configurations, and runs the executables settings name"),
+    (".idea", "dir", "PyCharm runs its run configurations and startup tasks"),
+    (".devcontainer", "dir", "dev containers run its postCreateCommand"),
+    (".github", "dir", "CI runs its workflows, with the project's secrets, once they are pushed"),
+    ("__pycache__", "dir", "Python imports a cached .pyc instead of its source when the header matches"),
+    (".git", "dir", "a repository in a subdirectory: git runs its hooks and configuration there"),
+    (".hg", "dir", "a repository in a subdirectory: hg runs its hgrc there"),
+)
+_RUN_LATER_FILES = {name: why for name, kind, why in RUN_LATER if kind == "file"}
+_RUN_LATER_DIRS = {name: why for name, kind, why in RUN_LATER if kind == "dir"}
+#: directories below which a file is kept by its stat only (too many, or binary, to copy)
+_STAMPED_DIRS = ("__pycache__", ".idea", ".git", ".hg")
+
+#: what backends write in the tree they build in, at its top: not looked at (their content is
+#: build output; pytest does not collect ``build``/``dist`` and ``.*`` directories either).
+#: ``*.egg-info`` (setuptools, next to the packages: any depth) is looked into for run-later and
+#: start-up files (setuptools writes a fixed set of metadata files there, nothing else belongs),
+#: and so are setuptools' editable link trees (``build/__editable__.*``: on sys.path).
+BUILD_OUTPUTS = (
+    "build",        # setuptools, scikit-build-core (build-dir), meson-python editable (build/cp3XY)
+    "dist",         # setuptools' sdist/bdist commands
+    ".eggs",        # setuptools' setup_requires
+    ".pdm-build",   # pdm-backend
+)
+#: name prefixes of build outputs: meson-python's temporary build directory
+BUILD_OUTPUT_PREFIXES = (".mesonpy-",)
+#: build outputs that pytest walks into from the project's root (not in its default
+#: ``norecursedirs``): only a ``conftest.py`` and start-up files are looked for there (a
+#: ``Makefile`` CMake or a crate's configure writes there runs only if you go there and run make)
+COLLECTED_OUTPUTS = ("_skbuild",)   # scikit-build (classic)
+#: ... and ``target/`` when the project is a Rust one (maturin runs cargo)
+CARGO_OUTPUT = "target"
+#: what pytest loads from any directory it collects, without being asked
+_COLLECTED_NAMES = ("conftest.py",)
+#: entries looked at in a project tree, at most; past it the rest is not checked (reported)
+MAX_TREE = 100_000
+#: at most this many created/changed files are listed per hook call (the rest are counted)
+MAX_LISTED = 20
+
+RUN_LATER_RULE = "project-run-later"
+STARTUP_RULE = "project-startup-file"
+ENV_RULE = "project-env-tamper"
+CREATED_RULE = "project-file-created"
+CHANGED_RULE = "project-file-changed"
+UNCHECKED_RULE = "project-tree-unchecked"
+_STARTUP_STEMS = ("sitecustomize", "usercustomize")
+
+
+@dataclass(frozen=True)
+class Tree:
+    """A project tree's ordinary files by their stat (:func:`_stamp`), and ``baseline``: the paths
+    that were there before the install's first hook call (the user's files, not the build's)."""
+
+    stamps: Dict[str, Tuple[int, ...]]
+    baseline: FrozenSet[str]
+    complete: bool = True
+    #: whether the install's first snapshot saw the whole tree (the user's tree was not too big)
+    baseline_complete: bool = True
+
+
+def _stamp(st: os.stat_result) -> Tuple[int, ...]:
+    # ctime too: a change of content that puts back size and mtime still moves it
+    return (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+
+def _startup_parts(parts: Sequence[str]) -> Optional[int]:
+    """Index of the part that makes ``parts`` a start-up file if its directory is an import
+    root (``sitecustomize.py``, ``usercustomize/__init__.py``, ``x.pth``), else None."""
+    for i, part in enumerate(parts):
+        if part.split(".", 1)[0].lower() in _STARTUP_STEMS:
+            return i
+    if parts and parts[-1].lower().endswith(".pth"):
+        return len(parts) - 1
+    return None
+
+
+#: how a directory of the project tree is looked at
+_WHOLE, _NAMED, _COLLECTED = 0, 1, 2   # every file; run-later and start-up files; conftest and start-up
+
+
+def _output_view(name: str, cargo: bool) -> Optional[int]:
+    """How a top-level directory that a backend writes is looked at: -1 not at all, else a view."""
+    if name in BUILD_OUTPUTS or name.startswith(BUILD_OUTPUT_PREFIXES):
+        return -1
+    if name in COLLECTED_OUTPUTS or (cargo and name == CARGO_OUTPUT):
+        return _COLLECTED
+    return None
+
+
+def snapshot_tree(source_dir: str, first: Optional[Tree] = None) -> Tuple[Tuple[Entry, ...], Tree]:
+    """The protected entries of a project tree (run-later, start-up and environment files,
+    repositories in subdirectories) and the stat of every other file; ``first``: the install's
+    first snapshot of this tree (None: this is the first), whose paths are the user's files.
+    Links are never followed; the root's ``.git``/``.hg`` are :func:`snapshot`'s."""
+    protected: List[Entry] = []
+    stamps: Dict[str, Tuple[int, ...]] = {}
+    cargo = os.path.isfile(os.path.join(source_dir, "Cargo.toml"))
+    # (directory relative to the root, why its files are protected or "", its view, in a venv:
+    # its files are protected)
+    stack: List[Tuple[str, str, int, bool]] = [("", "", _WHOLE, False)]
+    seen = 0
+    complete = True
+    while stack:
+        rel_dir, why_dir, view, env = stack.pop()
+        entries = _scandir(os.path.join(source_dir, rel_dir) if rel_dir else source_dir)
+        seen += len(entries)
+        if seen > MAX_TREE:
+            complete = False
+            break
+        env = env or any(e.name == "pyvenv.cfg" for e in entries)
+        for item in entries:
+            name = item.name
+            if not rel_dir and name in VCS_ROOTS:
+                continue  # snapshot()'s (its hooks and configuration, with their bytes)
+            rel = f"{rel_dir}/{name}" if rel_dir else name
+            try:
+                st = item.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            is_dir = stat.S_ISDIR(st.st_mode)
+            output = _output_view(name, cargo) if not rel_dir and is_dir else None
+            if output == -1:
+                if name == "build":  # setuptools' editable link trees are on sys.path
+                    stack += [(f"build/{e.name}", "", _NAMED, False) for e in _scandir(os.path.join(source_dir, rel))
+                              if e.name.startswith("__editable__") and e.is_dir(follow_symlinks=False)]
+                continue
+            why = why_dir or (_RUN_LATER_DIRS.get(name, "") if is_dir else _RUN_LATER_FILES.get(name, ""))
+            if is_dir:
+                sub = output if output is not None else \
+                    max(view, _NAMED if name.endswith(".egg-info") else _WHOLE)
+                stack.append((rel, why, sub, env))
+                continue
+            parts = rel.split("/")
+            if _startup_parts(parts) is not None:
+                protected.append(_tree_entry(source_dir, rel, st, STARTUP_RULE, copy=True))
+            elif view == _COLLECTED:
+                if name in _COLLECTED_NAMES:
+                    protected.append(_tree_entry(source_dir, rel, st, RUN_LATER_RULE, copy=True))
+            elif env:
+                protected.append(_tree_entry(source_dir, rel, st, ENV_RULE, copy=False))
+            elif why:
+                stamped = any(p in _STAMPED_DIRS for p in parts[:-1])
+                protected.append(_tree_entry(source_dir, rel, st, RUN_LATER_RULE, copy=not stamped))
+            elif view == _WHOLE:
+                stamps[rel] = _stamp(st)
+    if first is None:
+        return tuple(protected), Tree(stamps, frozenset(stamps), complete, complete)
+    return tuple(protected), Tree(stamps, first.baseline, complete, first.baseline_complete)
+
+
+def _scandir(path: str) -> List[os.DirEntry]:
+    try:
+        with os.scandir(path) as it:
+            return list(it)
+    except OSError:
+        return []
+
+
+def _tree_entry(root: str, rel: str, st: os.stat_result, rule: str, *, copy: bool) -> Entry:
+    """A protected file of the project tree: with a copy of its bytes (put back when changed),
+    or by its stat only (``copy`` False: many, or binary; never put back, only removed when the
+    build created it)."""
+    if copy:
+        return dataclasses.replace(_entry(root, rel, True), rule=rule,
+                                   stamp=_stamp(st) if st.st_size > MAX_FILE else ())
+    kind = "link" if stat.S_ISLNK(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else "other"
+    return Entry(rel, kind, stat.S_IMODE(st.st_mode), vcs=True, rule=rule, stamp=_stamp(st))
+
+
+def _why_run_later(rel: str) -> str:
+    parts = rel.split("/")
+    for part in parts[:-1]:
+        if part in _RUN_LATER_DIRS:
+            return _RUN_LATER_DIRS[part]
+    return _RUN_LATER_FILES.get(parts[-1], "")
+
+
+def _judge_startup(rel: str, content: bytes) -> List[Tuple[str, str, str]]:
+    """(severity, rule, message) of a start-up file the build wrote in the project, by the
+    gate's own rules for ``sitecustomize``/``usercustomize`` and ``.pth`` as if its directory
+    were site-packages (any directory of a project can be an import root: ``src/``, an
+    editable install's mapping, PYTHONPATH); a ``.pth`` the gate would let through is refused
+    all the same: no backend writes one into the project it builds."""
+    from pipguard import gate
+
+    parts = rel.split("/")
+    start = _startup_parts(parts)
+    col = gate._Collector("", "")
+    if start is not None:
+        gate._check_startup_module(col, rel, "/".join(parts[start:]))
+    if parts[-1].lower().endswith(".pth"):
+        gate._check_pth(col, rel, content, gate._PthContext("", None, lambda module: None))
+    found = [(f.severity, f.rule, f.message) for f in col.result() if f.severity in gate.BLOCKING_SEVERITIES]
+    return found or [(gate.CRITICAL, STARTUP_RULE, "a .pth file the build wrote into the project: site.py "
+                      "processes it at every interpreter start once its directory is a site directory")]
+
+
+def _tree_problems(source_dir: str, before: Tree, after: Tree) -> List[Tuple[str, str, str, str]]:
+    """(severity, rule, message, path) for the ordinary files a call created, changed or
+    removed; informational for what it created, medium for what the user had."""
+    created = sorted(set(after.stamps) - set(before.stamps))
+    changed = sorted(rel for rel, stamp in after.stamps.items()
+                     if rel in before.stamps and before.stamps[rel] != stamp and rel in before.baseline)
+    removed = sorted(rel for rel in set(before.stamps) - set(after.stamps) if rel in before.baseline)
+    out: List[Tuple[str, str, str, str]] = []
+    for rel in created[:MAX_LISTED]:
+        out.append(("info", CREATED_RULE, f"the build created {rel} in your project", rel))
+    for rel in changed[:MAX_LISTED]:
+        out.append(("medium", CHANGED_RULE, f"the build changed {rel}, a file of your project", rel))
+    for rel in removed[:MAX_LISTED]:
+        out.append(("medium", CHANGED_RULE, f"the build removed {rel}, a file of your project", rel))
+    for what, rels, severity, rule in (("created", created, "info", CREATED_RULE),
+                                       ("changed or removed", changed + removed, "medium", CHANGED_RULE)):
+        if len(rels) > MAX_LISTED:
+            out.append((severity, rule, f"and {len(rels) - MAX_LISTED} more files {what} in your project", ""))
+    for rel in created:
+        if stat.S_ISLNK(after.stamps[rel][0]) and os.path.isdir(os.path.join(source_dir, rel)):
+            out.append(("critical", RUN_LATER_RULE, f"the build created {rel}, a link to a directory: tools "
+                        "walk into it (pytest collects it), and what it leads to was not checked; removed", rel))
+    if before.baseline_complete and not after.complete:
+        out.append(("high", UNCHECKED_RULE, f"the build grew your project past {MAX_TREE} entries: "
+                    "what it wrote there was not checked", ""))
+    elif not after.complete:
+        out.append(("medium", UNCHECKED_RULE, f"your project has more than {MAX_TREE} entries: only the "
+                    "protected ones and the first entries were checked", ""))
+    return [(s, r, m, os.path.join(source_dir, p) if p else source_dir) for s, r, m, p in out]

@@ -465,7 +465,7 @@ def _patch_prepare(module):
         if isinstance(source_dir, str) and not getattr(req, "is_wheel", False):
             ask({"type": "source", "dir": os.path.realpath(source_dir),
                  "name": getattr(req, "name", None), "origin": _origin(req),
-                 "cache_dir": _STATE.get("cache_dir")})
+                 "cache_dir": _STATE.get("cache_dir"), "project": _kept(req)})
         return original(req, *args, **kwargs)
 
     _get_prepared_distribution.__wrapped__ = original
@@ -473,6 +473,20 @@ def _patch_prepare(module):
 
 
 _STATE = {"target_dir": None, "cache_dir": None}
+
+
+def _kept(req):
+    """Is ``req``'s source tree the user's own, which outlives the install: a local directory pip
+    builds in place (``pip install ./proj``, ``-e .``, a path in ``-r``) or an editable checkout
+    pip keeps (``-e git+...`` in ``src/``)? Not pip's unpacked sdist or clone in its temporary
+    directory. Unknown (pip changed): kept, so the tree is checked (fail closed)."""
+    if getattr(req, "editable", False):
+        return True
+    link = getattr(req, "link", None)
+    try:
+        return bool(link.is_existing_dir())
+    except Exception:
+        return True
 
 
 def _refuse_command(command, why):

@@ -1,0 +1,118 @@
+"""The project tree check (pipguard.srcguard: snapshot_tree / check_and_restore) on real trees
+written by the test, each change made the way a build would make it; the installs themselves
+are tests/test_install_project_tree.py."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from pipguard import srcguard
+
+
+def _tree(root, files):
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def _check(root, change):
+    """The problems of one 'hook call' that runs ``change()`` in ``root``, by rule and path."""
+    protected, tree = srcguard.snapshot_tree(str(root))
+    before = srcguard.snapshot(str(root)) + protected
+    change()
+    found = srcguard.check_and_restore(str(root), before, tree)
+    return {(rule, os.path.relpath(path, root)): severity for severity, rule, _m, path in found}
+
+
+def test_backend_outputs_are_not_reported_and_named_files_in_egg_info_are(tmp_path):
+    root = _tree(tmp_path / "p", {"pkg/__init__.py": "", "setup.py": ""})
+
+    def build():
+        _tree(root, {"build/lib/pkg/__init__.py": "", "build/lib/pkg/conftest.py": "",  # numpy ships one
+                     "dist/x.tar.gz": "", ".eggs/README.txt": "", ".mesonpy-abc/build.ninja": "",
+                     "pkg.egg-info/PKG-INFO": "", "pkg.egg-info/SOURCES.txt": "",
+                     "_skbuild/linux/cmake-build/Makefile": "",  # CMake's: run only if you go there
+                     "sub/x.egg-info/conftest.py": "", "_skbuild/linux/conftest.py": ""})
+    found = _check(root, build)
+    assert found == {("project-run-later", "sub/x.egg-info/conftest.py"): "critical",
+                     ("project-run-later", "_skbuild/linux/conftest.py"): "critical"}, found
+    assert not (root / "sub/x.egg-info/conftest.py").exists()
+    assert (root / "build/lib/pkg/conftest.py").exists()
+
+
+def test_a_regenerated_version_file_is_reported_not_refused(tmp_path):
+    """setuptools-scm rewrites its version file at every build: a change to a file of the user's
+    is medium (reported), a new ordinary file informational; neither refuses."""
+    root = _tree(tmp_path / "p", {"src/pkg/_version.py": "version = '0'\n", "src/pkg/__init__.py": ""})
+    found = _check(root, lambda: _tree(root, {"src/pkg/_version.py": "version = '1.0'\n",
+                                              "src/pkg/_speedups.c": "/* cython */"}))
+    assert found == {("project-file-changed", "src/pkg/_version.py"): "medium",
+                     ("project-file-created", "src/pkg/_speedups.c"): "info"}, found
+    assert (root / "src/pkg/_version.py").read_text() == "version = '1.0'\n"  # left: not refused
+
+
+def test_a_run_later_file_rewritten_with_the_same_bytes_is_no_change(tmp_path):
+    """poetry-dynamic-versioning rewrites and restores: only a difference of content counts for
+    the files kept by their bytes."""
+    root = _tree(tmp_path / "p", {"tox.ini": "[tox]\n"})
+    assert _check(root, lambda: (root / "tox.ini").write_text("[tox]\n")) == {}
+
+
+def test_an_environment_inside_the_project_is_protected(tmp_path):
+    root = _tree(tmp_path / "p", {".venv/pyvenv.cfg": "home = /usr\n",
+                                  ".venv/lib/python3.12/site-packages/six.py": "six\n"})
+
+    def build():
+        (root / ".venv/lib/python3.12/site-packages/six.py").write_text("import os\n")
+        (root / ".venv/lib/python3.12/site-packages/evil.py").write_text("import os\n")
+    found = _check(root, build)
+    assert found[("project-env-tamper", ".venv/lib/python3.12/site-packages/six.py")] == "critical"
+    assert found[("project-env-tamper", ".venv/lib/python3.12/site-packages/evil.py")] == "critical"
+    assert not (root / ".venv/lib/python3.12/site-packages/evil.py").exists()
+
+
+def test_a_link_to_a_directory_is_refused_and_removed(tmp_path):
+    """A build hides conftest.py in build/ (not looked at) and links a collected directory to it."""
+    root = _tree(tmp_path / "p", {"tests/test_x.py": ""})
+
+    def build():
+        _tree(root, {"build/hidden/conftest.py": "import os\n"})
+        os.symlink("build/hidden", root / "tests2")
+    found = _check(root, build)
+    assert found[("project-run-later", "tests2")] == "critical", found
+    assert not os.path.lexists(root / "tests2")
+
+
+@pytest.mark.parametrize("rel, rule", [("lib/sitecustomize.py", "sitecustomize"),
+                                       ("build/__editable__.p-1.0-py3/usercustomize.py", "usercustomize"),
+                                       ("src/a.pth", "pth-exec"), ("src/b.pth", "project-startup-file")])
+def test_start_up_files_are_judged_by_the_gates_rules(tmp_path, rel, rule):
+    root = _tree(tmp_path / "p", {"src/pkg/__init__.py": "", "build/__editable__.p-1.0-py3/pkg": ""})
+    text = "import os\n" if rel.endswith("a.pth") else "relative/dir\n"
+    found = _check(root, lambda: _tree(root, {rel: text}))
+    assert found.get((rule, rel)) == "critical", found
+    assert not (root / rel).exists()
+
+
+def test_snapshot_cost_of_a_5000_file_tree(tmp_path):
+    """Measured, not a benchmark: the stat walk of a 5,000-file checkout before and after a call
+    stays far under a second (~30-40 ms each way on the development machine)."""
+    root = tmp_path / "big"
+    for d in range(100):
+        (root / "pkg" / f"sub{d}").mkdir(parents=True)
+        for f in range(50):
+            (root / "pkg" / f"sub{d}" / f"m{f}.py").write_text("x = 1\n")
+    start = time.perf_counter()
+    protected, tree = srcguard.snapshot_tree(str(root))
+    walked = time.perf_counter() - start
+    assert len(tree.stamps) == 5000 and tree.complete
+    start = time.perf_counter()
+    assert srcguard.check_and_restore(str(root), srcguard.snapshot(str(root)) + protected, tree) == []
+    checked = time.perf_counter() - start
+    print(f"snapshot {walked * 1000:.1f} ms, check {checked * 1000:.1f} ms")
+    assert walked < 1.0 and checked < 1.0
