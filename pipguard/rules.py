@@ -173,6 +173,12 @@ def proc_other(path: str, inside: Callable[[int], bool]) -> bool:
     return parts[3] in PROC_PRIVATE
 
 
+def ancestor_of(path: str, roots: Sequence[str]) -> bool:
+    """``path`` is a strict ancestor of one of ``roots`` (a directory on the way down to it)."""
+    prefix = path.rstrip("/") + "/"
+    return any(r.startswith(prefix) and r != path for r in roots)
+
+
 def etc_secret(path: str) -> bool:
     return under(path, ETC_SECRETS)
 
@@ -198,7 +204,12 @@ def read_rule(path: str, grants: Grants, inside: Callable[[int], bool]) -> Optio
         return "toolchain-prefix"
     if under(path, grants.homes) and not granted:
         return "home-read"
-    if under(path, grants.private) and not granted:
+    # The directories above a granted root (pip's temp area, /tmp) are walked up by SCM
+    # discovery, git and setuptools, which list each looking for a .git or *.egg-info:
+    # that shows the names of the other builds, not what they hold (anything below a
+    # name that leads to no grant is still foreign)
+    if under(path, grants.private) and not granted and not ancestor_of(path, grants.read
+                                                                       + grants.write):
         return "foreign-read"
     return None
 
