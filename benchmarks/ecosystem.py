@@ -362,7 +362,8 @@ def markdown(results: Sequence[Result], meta: dict) -> str:
         f"# Ecosystem sweep ({meta['date']}, pipguard {meta['machine'].get('pipguard_tree', '?')})",
         "",
         f"`{meta['command']}`; {meta['machine'].get('nproc')} CPUs, {meta['machine'].get('python')}, "
-        f"{meta['machine'].get('pip')}, jobs {meta['jobs']}, wall {meta['wall_s']:.0f} s.",
+        f"{meta['machine'].get('pip')}, isolation {meta['isolation']}, jobs {meta['jobs']}, "
+        f"wall {meta['wall_s']:.0f} s.",
         "",
         f"**{len(matched)} of {len(results)} rows match plain pip**; {len(pip_fails)} fail under plain "
         f"pip too; {len(mismatched)} mismatch." + (
@@ -432,6 +433,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if not args.keep_work:
             shutil.rmtree(sweep.bench.root, ignore_errors=True)
     meta = {"schema": "pipguard.ecosystem/1", "date": time.strftime("%Y-%m-%d %H:%M"),
+            "isolation": args.isolation or "pipguard's default (auto)",
             "command": " ".join(["benchmarks/ecosystem.py", *(argv if argv is not None else sys.argv[1:])]),
             "jobs": args.jobs, "wall_s": time.time() - started,
             "machine": {**machine_facts(args.python, pipguard),
@@ -440,7 +442,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     text = markdown(results, meta)
     print(text)
     os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, f"ecosystem-{time.strftime('%Y-%m-%d')}-{git_state().split()[0]}")
+    stem = os.path.join(args.out, f"ecosystem-{time.strftime('%Y-%m-%d')}-{git_state().split()[0]}"
+                        + (f"-{args.isolation}" if args.isolation else ""))
     with open(stem + ".md", "w") as fh:
         fh.write(text)
     with open(stem + ".json", "w") as fh:
