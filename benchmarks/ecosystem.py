@@ -12,7 +12,8 @@ fresh copies of one venv:
 
 with the machine's pip configuration neutralised (``PIP_CONFIG_FILE=/dev/null``, every
 ``PIP_*`` variable dropped: benchmarks/bench.py's ``clean_env``) and bytecode caching on, as a
-user has it. A row **matches** when both exit 0, ``pip list --format=freeze`` is the same set,
+user has it; the two run one after the other, alternating which goes first row by row. A row
+**matches** when both exit 0, ``pip list --format=freeze`` is the same set,
 the row's modules import, (editables) an edit to the source shows through on the next import,
 and pipguard's report has no finding (nothing above informational); when plain pip fails too
 the row is "pip fails" (not pipguard's to fix). Anything else is a mismatch, with its cause:
@@ -317,8 +318,14 @@ class Sweep:
         return result, version
 
     def row(self, row: Row) -> Result:
-        plain, version = self.install(row, "plain")
-        guarded, _ = self.install(row, "pipguard")
+        # alternate which goes first: the first install of a row fetches the build requirements
+        # through whatever caches sit on the way (this machine's TLS proxy), the second gains
+        if ROWS.index(row) % 2:
+            guarded, version = self.install(row, "pipguard")
+            plain, _ = self.install(row, "plain")
+        else:
+            plain, version = self.install(row, "plain")
+            guarded, _ = self.install(row, "pipguard")
         result = Result(row.id, row.backend, row.kind, version, plain, guarded)
         result.verdict, result.cause = judge(plain, guarded)
         ratio = f"{result.ratio:.2f}" if result.ratio else "-"
