@@ -203,27 +203,33 @@ STORE_THIEF = textwrap.dedent("""
 """)
 
 
+@requires("root")
 @pytest.mark.parametrize("how", ["quiet", "loud"])
 @pytest.mark.parametrize("where", ["real-home", "own-home"])
-def test_browser_and_wallet_stores_are_decoys_under_ns(how, where, work, fake_home):
+@pytest.mark.parametrize("who", ["root", "nobody"])
+def test_browser_and_wallet_stores_are_decoys_under_ns(who, how, where, request, work, fake_home):
     """A stealer of browser and wallet stores under ns (read observation off), at the real
     home's path and at its own ``$HOME``: Chrome's Cookies and Local State, Firefox's
     logins.json and key4.db (through profiles.ini), an Exodus seed, an Electrum wallet. The
     fake home has a canary at each; the stealer gets a decoy or a refusal, never a canary,
     and every file is reported: a native ``cat`` by the decoy (``decoy-read``), a Python
     ``open`` by the audit hook first (``secret-read``: refused before it opens anything)."""
+    work, fake_home, runner = _setup(who, request, work, fake_home)
     canaries = {}
     for key, rel in STORES.items():
         path = fake_home.path / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         canaries[key] = f"PIPGUARD-FAKE-SECRET-{key}"
         path.write_text(canaries[key] + "\n")
+        if who == "nobody":
+            shutil.chown(path.parent, "nobody")
+            shutil.chown(path, "nobody")
     (work / "thief.py").write_text(STORE_THIEF)
     home = str(fake_home.path) if where == "real-home" else "$HOME"
     r = pg.cli(["run", "--isolation", "ns", "--", "sh", "-c",
                 f'exec {sys.executable} thief.py "{home}" {how} ' + " ".join(
                     shlex.quote(rel) for rel in STORES.values())],
-               cwd=work, env=fake_home.env())
+               cwd=work, env=fake_home.env(), runner=runner)
     assert r.returncode == 0, r.stderr
     assert "ns" in r.report["isolation"]["applied"], r.report["isolation"]
     assert not fake_home.leaked(r.stdout.encode()) and not [
