@@ -33,6 +33,54 @@ CREDENTIAL_PATHS = (
     ".cargo/credentials", ".cargo/credentials.toml", ".gem/credentials", ".m2/settings.xml",
     ".config/pip", ".pip", ".bash_history", ".zsh_history", ".python_history",
 )
+# The files a stealer opens in each credential store above that is a directory (the first:
+# the one it opens first). The namespace backend plants a decoy at each in every real home,
+# so that opening one is a "decoy-read" and not a quiet ENOENT (pipguard.backends.ns).
+FIREFOX_PROFILE = "pipguard.default-release"  # named by the decoy profiles.ini
+_CHROMIUM_FILES = ("Local State", "Default/Login Data", "Default/Cookies", "Default/Network/Cookies",
+                   "Default/Web Data", "Default/Login Data For Account")
+CREDENTIAL_STORE_FILES: Dict[str, Tuple[str, ...]] = {
+    ".ssh": ("id_rsa", "id_ed25519", "id_ecdsa", "id_dsa", "config"),
+    ".aws": ("credentials", "config"),
+    ".azure": ("msal_token_cache.json", "accessTokens.json", "azureProfile.json"),
+    ".config/gcloud": ("application_default_credentials.json", "credentials.db",
+                       "access_tokens.db"),
+    ".kube": ("config",),
+    ".config/gh": ("hosts.yml", "config.yml"),
+    ".gnupg": ("private-keys-v1.d/pipguard.key", "secring.gpg", "pubring.kbx"),
+    ".password-store": (".gpg-id",),
+    ".terraform.d": ("credentials.tfrc.json",),
+    ".mozilla": ("firefox/profiles.ini", "firefox/installs.ini", *(
+        f"firefox/{FIREFOX_PROFILE}/{name}" for name in (
+            "logins.json", "key4.db", "key3.db", "cookies.sqlite", "cert9.db", "signons.sqlite",
+            "formhistory.sqlite", "places.sqlite"))),
+    ".config/google-chrome": _CHROMIUM_FILES,
+    ".config/chromium": _CHROMIUM_FILES,
+    ".config/BraveSoftware": tuple("Brave-Browser/" + name for name in _CHROMIUM_FILES),
+    ".bitcoin": ("wallet.dat", "wallets/wallet.dat"),
+    ".ethereum": ("keystore/UTC--pipguard",),
+    ".electrum": ("wallets/default_wallet", "config"),
+    ".config/Exodus": ("exodus.wallet/seed.seco", "exodus.wallet/passphrase.json",
+                       "exodus.wallet/info.seco", "exodus.conf.json"),
+    ".local/share/keyrings": ("login.keyring", "user.keystore"),
+    ".config/pip": ("pip.conf",),
+    ".pip": ("pip.conf",),
+}
+# Stores no build tool opens, in any home: browsers, wallets, keyrings. Their files are
+# planted in the run's own $HOME too, where $HOME-relative stealers look.
+STEALER_ONLY_STORES = (".mozilla", ".config/google-chrome", ".config/chromium",
+                       ".config/BraveSoftware", ".bitcoin", ".ethereum", ".electrum",
+                       ".config/Exodus", ".local/share/keyrings")
+
+
+def credential_files(stores: Sequence[str] = CREDENTIAL_PATHS) -> Tuple[str, ...]:
+    """Every file, relative to a home, of ``stores``: a store's usual files
+    (:data:`CREDENTIAL_STORE_FILES`), or the path itself for a single file."""
+    return tuple(dict.fromkeys(
+        store + "/" + name if store in CREDENTIAL_STORE_FILES else store
+        for store in stores for name in CREDENTIAL_STORE_FILES.get(store, ("",))))
+
+
 # Configuration files that build tools look up in ~ (meson: ~/.netrc; git, pip,
 # distutils, cargo). In the sandbox's decoy home, which holds nothing of the user,
 # a read is a lookup that finds nothing: allowed, informational "config-lookup".
@@ -187,6 +235,12 @@ def proc_other(path: str, inside: Callable[[int], bool]) -> bool:
     return parts[3] in PROC_PRIVATE
 
 
+def ancestor_of(path: str, roots: Sequence[str]) -> bool:
+    """``path`` is a strict ancestor of one of ``roots`` (a directory on the way down to it)."""
+    prefix = path.rstrip("/") + "/"
+    return any(r.startswith(prefix) and r != path for r in roots)
+
+
 def etc_secret(path: str) -> bool:
     return under(path, ETC_SECRETS)
 
@@ -212,7 +266,12 @@ def read_rule(path: str, grants: Grants, inside: Callable[[int], bool]) -> Optio
         return "toolchain-prefix"
     if under(path, grants.homes) and not granted:
         return "home-read"
-    if under(path, grants.private) and not granted:
+    # The directories above a granted root (pip's temp area, /tmp) are walked up by SCM
+    # discovery, git and setuptools, which list each looking for a .git or *.egg-info:
+    # that shows the names of the other builds, not what they hold (anything below a
+    # name that leads to no grant is still foreign)
+    if under(path, grants.private) and not granted and not ancestor_of(path, grants.read
+                                                                       + grants.write):
         return "foreign-read"
     return None
 

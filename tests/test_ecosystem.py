@@ -14,13 +14,15 @@ import os
 import shutil
 import subprocess
 import tarfile
+import tempfile
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from support import requires, strict
+from support import build_sdist, requires, strict
 from support.pipinstall import Route, pg_install
+from support.projects import write_project
 
 pytestmark = [requires("linux"), requires("landlock", abi=6), requires("seccomp_user_notif")]
 
@@ -185,3 +187,62 @@ def test_probe_imports_of_a_clean_package_with_bytecode_caching_on(tmp_path, fak
     assert proc.returncode == 0, proc.stderr[-4000:]
     probes = [p for p in report["phases"] if p["name"] == "probe"]
     assert probes and report["verdict"] == "clean", findings(report)
+
+
+# setuptools-scm's discovery (vcs_versioning): each parent of the source tree is listed for an
+# ``*.egg-info`` holding a version, each discovery factory inside ``except Exception``
+SCM_WALK = '''
+import pathlib
+for parent in pathlib.Path.cwd().resolve().parents:
+    try:
+        [p for p in parent.iterdir() if p.name.endswith(".egg-info") and p.is_dir()]
+    except Exception:
+        pass  # vcs-versioning goes on: Landlock refuses the listing on the plain backend
+'''
+PEEK = '''
+import os
+try:
+    open(os.environ["PIPGUARD_TEST_SIBLING"]).read()
+except OSError:
+    pass
+'''
+
+
+def test_scm_walk_up_from_the_build_tree_installs_clean(tmp_path, fake_home, target, links, backend):
+    """Issue 29: setuptools-scm lists the parents of the source tree (``pip-install-XXXX``,
+    ``/tmp``, ``/``) looking for egg-info; each was a ``foreign-read`` (pip's temp area is the
+    hook calls' private root) and the install was refused, under ns and the plain backend."""
+    extra = links.add(tmp_path / "extra")
+    proj = write_project(tmp_path / "p", "pgscmwalk")
+    (proj / "setup.py").write_text(SCM_WALK + (proj / "setup.py").read_text())
+    build_sdist(proj, extra)
+    proc, report = pg_install([*backend.install_args, "pgscmwalk"], home=fake_home, target=target,
+                              route=links, cwd=tmp_path, extra_env=BYTECODE_ON)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert report["verdict"] == "clean" and not findings(report), findings(report)
+    assert [p["name"] for p in report["phases"] if p["package"] == "pgscmwalk"], report["phases"]
+
+
+def test_reading_inside_another_tree_of_the_temp_area_still_refuses(tmp_path, fake_home, target,
+                                                                     links, backend):
+    """The same walk, then a read of a file in another directory of pip's temp area (what a
+    sibling build's tree is; here one the test made in ``/tmp``): refused and reported
+    (``foreign-read``), the install refused. The listings above are no licence to read."""
+    extra = links.add(tmp_path / "extra")
+    sibling = Path(tempfile.mkdtemp(prefix="pgsibling-", dir="/tmp"))
+    try:
+        (sibling / "setup.py").write_text("# another build's tree\n")
+        os.chmod(sibling, 0o755)
+        proj = write_project(tmp_path / "p", "pgscmpeek")
+        (proj / "setup.py").write_text(SCM_WALK + PEEK + (proj / "setup.py").read_text())
+        build_sdist(proj, extra)
+        proc, report = pg_install([*backend.install_args, "--keep-env", "PIPGUARD_TEST_SIBLING",
+                                   "pgscmpeek"], home=fake_home, target=target, route=links,
+                                  cwd=tmp_path, extra_env=dict(
+                                      BYTECODE_ON, PIPGUARD_TEST_SIBLING=str(sibling / "setup.py")))
+    finally:
+        shutil.rmtree(sibling)
+    assert proc.returncode == 1, proc.stderr[-4000:]
+    assert findings(report) and all(rule == "foreign-read" for rule, _ in findings(report)), \
+        findings(report)
+    assert ("foreign-read", str(sibling / "setup.py")) in findings(report)

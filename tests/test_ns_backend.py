@@ -178,6 +178,77 @@ def test_native_reads_of_credential_decoys_are_reported_under_auto(work, fake_ho
     assert r.report["verdict"] == "blocked"
 
 
+#: a browser and wallet stealer's usual targets, relative to a home (the Firefox ones found
+#: through profiles.ini, as stealers do: the profile directory's name is random)
+STORES = {"chrome-cookies": ".config/google-chrome/Default/Cookies",
+          "chrome-local-state": ".config/google-chrome/Local State",
+          "exodus": ".config/Exodus/exodus.wallet/seed.seco",
+          "electrum": ".electrum/wallets/default_wallet"}
+STORE_THIEF = textwrap.dedent("""
+    import configparser, os, sys
+    home, quiet, names = sys.argv[1], sys.argv[2] == "quiet", sys.argv[3:]
+    ini = configparser.ConfigParser()
+    ini.read_string(os.popen(f"cat '{home}/.mozilla/firefox/profiles.ini'").read())
+    profile = os.path.join(home, ".mozilla/firefox", ini["Profile0"]["Path"])
+    paths = [os.path.join(home, n) for n in names] + [os.path.join(profile, n)
+                                                       for n in ("logins.json", "key4.db")]
+    for path in paths:
+        if quiet:  # a native cat: no audit hook sees it, read observation is off under ns
+            print(path + "\\t" + os.popen(f"cat '{path}' 2>&1").read().strip().replace("\\n", " "))
+            continue
+        try:
+            print(path + "\\t" + open(path).read().strip().replace("\\n", " "))
+        except OSError as exc:
+            print(path + "\\trefused", exc.errno)
+""")
+
+
+@requires("root")
+@pytest.mark.parametrize("how", ["quiet", "loud"])
+@pytest.mark.parametrize("where", ["real-home", "own-home"])
+@pytest.mark.parametrize("who", ["root", "nobody"])
+def test_browser_and_wallet_stores_are_decoys_under_ns(who, how, where, request, work, fake_home):
+    """A stealer of browser and wallet stores under ns (read observation off), at the real
+    home's path and at its own ``$HOME``: Chrome's Cookies and Local State, Firefox's
+    logins.json and key4.db (through profiles.ini), an Exodus seed, an Electrum wallet. The
+    fake home has a canary at each; the stealer gets a decoy or a refusal, never a canary,
+    and every file is reported: a native ``cat`` by the decoy (``decoy-read``), a Python
+    ``open`` by the audit hook first (``secret-read``: refused before it opens anything)."""
+    work, fake_home, runner = _setup(who, request, work, fake_home)
+    canaries = {}
+    for key, rel in STORES.items():
+        path = fake_home.path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        canaries[key] = f"PIPGUARD-FAKE-SECRET-{key}"
+        path.write_text(canaries[key] + "\n")
+        if who == "nobody":
+            shutil.chown(path.parent, "nobody")
+            shutil.chown(path, "nobody")
+    (work / "thief.py").write_text(STORE_THIEF)
+    home = str(fake_home.path) if where == "real-home" else "$HOME"
+    r = pg.cli(["run", "--isolation", "ns", "--", "sh", "-c",
+                f'exec {sys.executable} thief.py "{home}" {how} ' + " ".join(
+                    shlex.quote(rel) for rel in STORES.values())],
+               cwd=work, env=fake_home.env(), runner=runner)
+    assert r.returncode == 0, r.stderr
+    assert "ns" in r.report["isolation"]["applied"], r.report["isolation"]
+    assert not fake_home.leaked(r.stdout.encode()) and not [
+        c for c in canaries.values() if c in r.stdout + r.stderr], r.stdout
+    lines = dict(line.split("\t", 1) for line in r.stdout.splitlines())
+    assert len(lines) == len(STORES) + 2, r.stdout
+    firefox = [p for p in lines if "/.mozilla/firefox/" in p]
+    assert all("/pipguard.default-release/" in p for p in firefox), firefox
+    expected = "decoy-read" if how == "quiet" else "secret-read"
+    reported = {e["target"] for e in r.blocked(kind="file-read", rule=expected)}
+    for path, got in lines.items():
+        if how == "quiet":
+            assert "pipguard-decoy-" in got or path.endswith("key4.db"), (path, got)
+        else:
+            assert got == f"refused {errno.EACCES}", (path, got)
+        assert path in reported, (path, r.report["events"])
+    assert r.report["verdict"] == "blocked"
+
+
 def test_a_split_directory_is_bound_whole_with_what_it_left_out_masked(tmp_path):
     """/etc, granted entry by entry around its secrets, was ~150 bind mounts per run: a
     directory split that finely is bound whole, and every entry left out is masked (an empty

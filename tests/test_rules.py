@@ -25,6 +25,7 @@ from typing import Callable, Optional, Sequence
 
 import pytest
 
+import pg
 from pg import pipguard
 from pipguard.rules import INFO_RULES
 from support import parse_try_one, requires
@@ -56,6 +57,11 @@ class Case:
     flags: Callable[[Ctx], Sequence[str]] = lambda c: ()
     setup: Callable[[Ctx], None] = lambda c: None
     root_only: bool = False
+    #: the run's private roots (Policy.private_roots: pip's temp area under ``install``)
+    private: Callable[[Ctx], Sequence[str]] = lambda c: ()
+    #: the kernel may refuse it silently (EACCES, nothing reported): Landlock grants no listing
+    #: there, and a leased sandbox uid may not list a 0700 directory of root's (pip's)
+    kernel_may_refuse: bool = False
 
 
 def _secret(c: Ctx) -> str:
@@ -82,6 +88,18 @@ def _toolchain(c: Ctx) -> None:
     cred = c.home / ".cargo" / "credentials.toml"
     cred.write_text('[registry]\ntoken = "PIPGUARD-FAKE-SECRET-cargo"\n')
     cred.chmod(0o600)
+
+
+def _temp_area(c: Ctx) -> Sequence[str]:
+    """A private root two levels above the build dir, as pip's temp dir (``/tmp``) is above
+    ``pip-install-XXXX/NAME_HASH``: here pytest's base temp above ``tmp_path/work``."""
+    return (str(c.work.parent.parent),)
+
+
+def _sibling(c: Ctx) -> None:
+    """Another build beside this one (``pip-install-XXXX/other_HASH``), with a file in it."""
+    (c.work.parent / "sibling").mkdir()
+    (c.work.parent / "sibling" / "setup.cfg").write_text("[metadata]\nname = other\n")
 
 
 def _on_path(c: Ctx) -> Sequence[str]:
@@ -168,6 +186,23 @@ CASES = [
          "home-read", lambda c: str(c.home / ".cargo" / "env"),
          setup=lambda c: (_toolchain(c), (c.home / ".cargo" / "env").write_text("x\n")),
          flags=_on_path),
+    # pip's temp area: listing the directories above the build tree (setuptools-scm's walk up
+    # for *.egg-info, git's for .git) is no foreign read (Landlock grants no listing there:
+    # refused silently by the kernel layer); inside another build it is, however spelled
+    Case("foreign-ancestor-list", lambda c: ["list", str(c.work.parent)], False, None,
+         private=_temp_area, setup=_sibling, kernel_may_refuse=True),
+    Case("foreign-root-list", lambda c: ["list", str(c.work.parent.parent)], False, None,
+         private=_temp_area, setup=_sibling, kernel_may_refuse=True),
+    Case("foreign-sibling-list", lambda c: ["list", str(c.work.parent / "sibling")], True,
+         "foreign-read", lambda c: str(c.work.parent / "sibling"), private=_temp_area,
+         setup=_sibling),
+    Case("foreign-sibling-file", lambda c: ["read", str(c.work / ".." / "sibling" / "setup.cfg")],
+         True, "foreign-read", lambda c: str(c.work.parent / "sibling" / "setup.cfg"),
+         private=_temp_area, setup=_sibling),
+    Case("foreign-sibling-cwd-relative",
+         lambda c: ["read-from", str(c.work.parent), "sibling/setup.cfg"],
+         True, "foreign-read", lambda c: str(c.work.parent / "sibling" / "setup.cfg"),
+         private=_temp_area, setup=_sibling),
 ]
 
 
@@ -213,6 +248,9 @@ def run_case(case: Case, enforcer: str, ctx: Ctx, fake_home, try_one_bin):
     if enforcer == "supervisor":
         extra["PIPGUARD_PYTHON_RESPONDER"] = "1"
     grant = ("--allow-read", os.path.dirname(helper[-1]))  # the helper's own directory
+    if case.private(ctx):
+        return _run_with_private_roots(case, ctx, isolation, helper[-1], script,
+                                       fake_home.env(extra))
     r = pipguard(["run", "--isolation", isolation, *grant, *case.flags(ctx), "--", "/bin/sh", "-c",
                   script],
                  cwd=ctx.work, env=fake_home.env(extra))
@@ -221,6 +259,31 @@ def run_case(case: Case, enforcer: str, ctx: Ctx, fake_home, try_one_bin):
         assert r.report["supervision"]["responder"] == ("python" if enforcer == "supervisor"
                                                         else "native"), r.report["supervision"]
     return parse_try_one(r.stdout), r
+
+
+def _run_with_private_roots(case: Case, ctx: Ctx, isolation: str, helper: str, script: str,
+                            env: dict):
+    """The case through the library (``pipguard run`` has no private roots: only ``install``
+    sets them), its output through a file in the build dir."""
+    from pipguard import sandbox
+    from pipguard.policy import Policy
+
+    assert not case.flags(ctx), "flags are pipguard run's"
+    out = ctx.work / ".try-one.json"
+    policy = Policy(isolation=isolation, allow_read=(os.path.dirname(helper),),
+                    private_roots=tuple(case.private(ctx)))
+    responder = os.environ.pop("PIPGUARD_PYTHON_RESPONDER", None)
+    if env.get("PIPGUARD_PYTHON_RESPONDER"):  # read by the responder, in this process
+        os.environ["PIPGUARD_PYTHON_RESPONDER"] = "1"
+    try:
+        report = sandbox.run(["/bin/sh", "-c", f'{script} > "{out}"'], policy, cwd=str(ctx.work),
+                             env=env).to_json()
+    finally:
+        os.environ.pop("PIPGUARD_PYTHON_RESPONDER", None)
+        if responder is not None:
+            os.environ["PIPGUARD_PYTHON_RESPONDER"] = responder
+    return parse_try_one(out.read_text()), pg.Result(report["exit_code"], out.read_text(), "",
+                                                      report)
 
 
 def _expected_target(case: Case, ctx: Ctx, events: Sequence[dict]) -> str:
@@ -250,6 +313,8 @@ def test_every_enforcer_decides_by_the_table(case, enforcer, tmp_path, fake_home
                    and layer in e["detail"].get("seen_by", [e["layer"]])]
     if case.refused:
         assert not out["ok"] and out["errno"] == errno.EACCES, (out, r.report["events"])
+    elif case.kernel_may_refuse:
+        assert out["ok"] or out["errno"] == errno.EACCES, (out, r.report["events"])
     else:
         assert out["ok"] or out["errno"] == errno.ENOENT, (out, r.report["events"])
     if case.rule is None:
@@ -262,7 +327,7 @@ def test_every_enforcer_decides_by_the_table(case, enforcer, tmp_path, fake_home
              if e["rule"] == case.rule]
     severity = "info" if case.rule in INFO_RULES else "finding"
     action = "blocked" if case.refused else "allowed"
-    assert (expected, case.rule, action, severity) in found, file_events
+    assert (expected, case.rule, action, severity) in found, [(e["target"], e["rule"]) for e in file_events]
     assert expected.startswith("/"), expected
     assert r.report["verdict"] == ("blocked" if severity == "finding" else "clean"), r.report["events"]
     for marker in fake_home.markers.values():

@@ -471,11 +471,18 @@ def _make_hook(config, dumps=None):
             return parts[5] in _private
         return parts[3] in _private
 
+    # the strict ancestors of the granted roots: listing one (the walk up from the build
+    # tree that SCM discovery, git and setuptools do) is no foreign read (rules.ancestor_of)
+    granted_above = frozenset(
+        root[:cut] or "/" for root in read_roots + write_roots
+        for cut in range(len(root)) if root[cut] == "/")
+
     def read_rule(path, _proc_other=proc_other, _in_homes=in_homes, _cred=cred_names,
                   _secret=secret_set, _secret_under=secret_under, _home=home_set,
                   _home_under=home_under, _home_all=home_all, _rw=rw_set, _rw_under=rw_under,
                   _rw_all=rw_all, _config=config_names, _private=private_set,
                   _private_under=private_under, _prefixes=prefix_set,
+                  _granted_above=granted_above,
                   _decoy=sandbox_home + "/" if sandbox_home else "\0"):
         """The rule a read of this physical path breaks, "config-lookup"
         (allowed, reported as information), or None (see rules.read_rule)."""
@@ -493,7 +500,7 @@ def _make_hook(config, dumps=None):
                 _rw_all or path in _rw or path.startswith(_rw_under)):
             return "secret-read" if secret else "home-read"
         if (path in _private or path.startswith(_private_under)) and not (
-                _rw_all or path in _rw or path.startswith(_rw_under)):
+                _rw_all or path in _rw or path.startswith(_rw_under) or path in _granted_above):
             return "foreign-read"
         return None
 

@@ -157,33 +157,38 @@ HOME_DECOYS: Dict[str, str] = {
     ".config/gcloud/application_default_credentials.json": '{{"refresh_token": "pipguard-decoy-{token}"}}\n',
     ".azure/msal_token_cache.json": '{{"AccessToken": "pipguard-decoy-{token}"}}\n',
 }
-#: The real homes' tmpfs (nothing but a thief opens a file at a real home's
-#: path: ``$HOME`` is the run's own) get a decoy for every credential location
-#: of the rule table (:data:`pipguard.rules.CREDENTIAL_PATHS`): the file at that
-#: path, or for a directory the file a stealer opens first in it; each such
-#: directory is watched too (listing it is opening it).
-_GENERIC = "pipguard-decoy-{token}\n"
-DECOY_DIRECTORIES: Dict[str, str] = {
-    ".ssh": "id_rsa", ".aws": "credentials", ".azure": "msal_token_cache.json",
-    ".config/gcloud": "application_default_credentials.json", ".kube": "config", ".config/gh": "hosts.yml",
-    ".gnupg": "private-keys-v1.d/pipguard.key", ".password-store": ".gpg-id",
-    ".terraform.d": "credentials.tfrc.json", ".mozilla": "firefox/profiles.ini",
-    ".config/google-chrome": "Default/Login Data", ".config/chromium": "Default/Login Data",
-    ".config/BraveSoftware": "Brave-Browser/Default/Login Data", ".bitcoin": "wallet.dat",
-    ".ethereum": "keystore/UTC--pipguard", ".electrum": "wallets/default_wallet",
-    ".config/Exodus": "exodus.wallet/seed.seco", ".local/share/keyrings": "login.keyring",
-    ".config/pip": "pip.conf", ".pip": "pip.conf",
+#: Formats a stealer parses before it goes on (Firefox's profiles.ini names the profile
+#: directory it then reads; Chrome's Local State holds the key of its Login Data).
+_FORMATTED = {
+    ".mozilla/firefox/profiles.ini": "[Profile0]\nName=default-release\nIsRelative=1\n"
+                                     f"Path={rules.FIREFOX_PROFILE}\nDefault=1\n\n"
+                                     "[General]\nStartWithLastProfile=1\nVersion=2\n",
+    "Local State": '{{"os_crypt": {{"encrypted_key": "pipguard-decoy-{token}"}}}}\n',
 }
+_GENERIC = "pipguard-decoy-{token}\n"
+
+
+def _decoy(rel: str) -> str:
+    return _FORMATTED.get(rel) or _FORMATTED.get(rel.rsplit("/", 1)[-1]) or _GENERIC
+
+
+#: The real homes' tmpfs (nothing but a thief opens a file at a real home's path: ``$HOME``
+#: is the run's own) get a decoy for every file of the rule table's credential locations
+#: (:func:`pipguard.rules.credential_files`: a store's usual files, generated there); each
+#: store directory is watched too (listing it is opening it), by its first file's directory.
+DECOY_DIRECTORIES: Dict[str, str] = {store: files[0]
+                                     for store, files in rules.CREDENTIAL_STORE_FILES.items()}
 DECOYS: Dict[str, str] = dict(HOME_DECOYS)
-# and the other names a stealer tries first in the commonest stores (a name not planted
-# fails with ENOENT: with read observation off, that attempt is not reported)
-for _rel in (".ssh/id_ecdsa", ".ssh/id_dsa", ".ssh/config", ".aws/config", ".config/gh/config.yml",
-             ".gnupg/secring.gpg", ".gnupg/pubring.kbx", ".docker/.token_seed"):
-    DECOYS[_rel] = _GENERIC
-for _rel in rules.CREDENTIAL_PATHS:
-    _path = _rel + "/" + DECOY_DIRECTORIES[_rel] if _rel in DECOY_DIRECTORIES else _rel
-    DECOYS.setdefault(_path, _GENERIC)
-del _rel, _path
+# a name a stealer tries that is no credential by the table (a name not planted fails with
+# ENOENT: with read observation off, that attempt is not reported)
+DECOYS[".docker/.token_seed"] = _GENERIC
+for _rel in rules.credential_files():
+    DECOYS.setdefault(_rel, _decoy(_rel))
+# The run's own $HOME also gets the stores no build tool opens (browsers, wallets, keyrings):
+# a $HOME-relative ``cat ~/.mozilla/firefox/*/logins.json`` reads a decoy there and is reported
+for _rel in rules.credential_files(rules.STEALER_ONLY_STORES):
+    HOME_DECOYS.setdefault(_rel, _decoy(_rel))
+del _rel
 DEV_LINKS = {"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1",
              "stderr": "/proc/self/fd/2", "ptmx": "pts/ptmx"}
 

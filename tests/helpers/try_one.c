@@ -5,6 +5,7 @@
  *     socket-unix | ptrace-traceme | fork | exec PATH | kill PID SIG | io-uring
  *     read-at DIR NAME (openat through a directory fd) | read-from DIR NAME (chdir, then open)
  *     setxattr PATH NAME HEX (lsetxattr: the value's bytes in hex) | chmod PATH OCTAL
+ *     list DIR (open it as a directory and read its entries, as readdir does)
  *   -> {"action": "read", "ok": false, "errno": 13, "errname": "EACCES"}
  *
  * Exit status 0 whatever the outcome; 2 on a usage error (and for "dns", python helper only).
@@ -84,7 +85,7 @@ static int usage(const char *msg) {
             "  read PATH | write PATH | connect-tcp HOST PORT | sendto-udp HOST PORT |\n"
             "  unix-connect PATH | socket-unix | ptrace-traceme | fork | exec PATH |\n"
             "  kill PID SIG | io-uring | read-at DIR NAME | read-from DIR NAME |\n"
-            "  setxattr PATH NAME HEX | chmod PATH OCTAL\n", msg);
+            "  setxattr PATH NAME HEX | chmod PATH OCTAL | list DIR\n", msg);
     return 2;
 }
 
@@ -128,6 +129,16 @@ int main(int argc, char **argv) {
             errno = e;
         }
         return read_one(a, fd);
+    }
+    if (!strcmp(a, "list")) {
+        NEED(1);
+        int fd = open(argv[2], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0) return emit(a, 0, errno);
+        char entries[4096];
+        long n = syscall(SYS_getdents64, fd, entries, sizeof entries);
+        int e = errno;
+        close(fd);
+        return emit(a, n >= 0, e);
     }
     if (!strcmp(a, "write")) {
         NEED(1);

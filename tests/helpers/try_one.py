@@ -23,10 +23,11 @@ USAGE = ("usage: try_one.py ACTION [ARG...]\n"
          "  read PATH | write PATH | connect-tcp HOST PORT | sendto-udp HOST PORT |\n"
          "  unix-connect PATH | socket-unix | ptrace-traceme | fork | exec PATH |\n"
          "  kill PID SIG | dns NAME | io-uring | read-at DIR NAME | read-from DIR NAME |\n"
-         "  setxattr PATH NAME HEX | chmod PATH OCTAL\n")
+         "  setxattr PATH NAME HEX | chmod PATH OCTAL | list DIR
+")
 NARGS = {"read": 1, "write": 1, "connect-tcp": 2, "sendto-udp": 2, "unix-connect": 1,
          "socket-unix": 0, "ptrace-traceme": 0, "fork": 0, "exec": 1, "kill": 2, "dns": 1,
-         "io-uring": 0, "read-at": 2, "read-from": 2, "setxattr": 3, "chmod": 2}
+         "io-uring": 0, "read-at": 2, "read-from": 2, "setxattr": 3, "chmod": 2, "list": 1}
 SYS_IO_URING_SETUP = 425  # same number on x86_64 and aarch64
 PTRACE_TRACEME = 0
 
@@ -71,6 +72,8 @@ def act(action, args):
             os.read(fd, 1)
         finally:
             os.close(fd)
+    elif action == "list":
+        os.listdir(args[0])  # the os.listdir audit event, then open + getdents
     elif action == "write":
         fd = os.open(args[0], os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
         try:
