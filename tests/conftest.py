@@ -15,6 +15,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -36,9 +38,191 @@ if os.geteuid() == 0 and "PYTEST_DEBUG_TEMPROOT" not in os.environ:
     os.environ["PYTEST_DEBUG_TEMPROOT"] = _PRIVATE_TEMPROOT
 
 
+_CLOCK = {"start": time.monotonic()}  # the session's moments, for the wall time's parts (tiers below)
+
+
 def pytest_sessionfinish(session, exitstatus):
+    _CLOCK["tests"] = time.monotonic()
     if _PRIVATE_TEMPROOT and exitstatus == 0:
         shutil.rmtree(_PRIVATE_TEMPROOT, ignore_errors=True)
+    _CLOCK["removed"] = time.monotonic()
+
+
+# --- tiers ---------------------------------------------------------------------------------------
+# Every test is in exactly one tier (docs/testing.md): `pytest -m unit` is the quick loop,
+# `python -m pytest` runs them all. The one place tiers are assigned: TIERS names each test
+# module's tier; a test using a fixture of a costlier tier (TIER_FIXTURES) is lifted to that tier,
+# so a mixed module's pure tests stay in its own; TIER_OVERRIDES names single tests (node id
+# without parameters) where neither says it. A module missing from TIERS is tiered by its fixtures
+# alone, and tests/test_tiers.py fails until it is added here.
+TIER_ORDER = ("unit", "sandbox", "install", "slow")
+TIERS = {
+    # unit: in this process, no process spawned (checked: see _UnitSpawnGuard), seconds.
+    "test_cli_fastpath": "unit",
+    "test_gate": "unit",
+    "test_gate_cache": "unit",
+    "test_hook_perf_semantics": "unit",
+    "test_idle_work": "unit",
+    "test_lint": "unit",
+    "test_protections": "unit",
+    "test_render": "unit",
+    "test_render_safe": "unit",
+    "test_tiers": "unit",
+    "test_wheelpaths": "unit",
+    # sandbox: real sandboxed processes (pipguard run, the API, the OS layer on the kernel).
+    "test_api_citizen": "sandbox",
+    "test_audit_layer": "sandbox",
+    "test_cgroup_sweep": "sandbox",
+    "test_cli": "sandbox",
+    "test_evidence": "sandbox",
+    "test_hook_bytecode": "sandbox",
+    "test_host_doctor": "sandbox",  # the host's probes and doctor's checks run children
+    "test_launcher_spare": "sandbox",
+    "test_lifetime": "sandbox",
+    "test_ns_backend": "sandbox",
+    "test_os_layer_e2e": "sandbox",
+    "test_oslayer": "sandbox",
+    "test_responder": "sandbox",
+    "test_rules": "sandbox",
+    "test_sandbox_user": "sandbox",
+    "test_seam_handoff": "sandbox",
+    # install: the real pip, sdists built here, pipguard install.
+    "test_action": "install",
+    "test_approvals": "install",
+    "test_corpus": "install",
+    "test_filemodes": "install",
+    "test_index_proxy": "install",
+    "test_install": "install",
+    "test_install_attacks": "install",
+    "test_install_ns": "install",
+    "test_install_seam": "install",
+    "test_install_wheel_truth": "install",
+    "test_limits_usage": "install",
+    "test_terminal_output": "install",
+    "test_write_limit": "install",
+    # slow: a VM under TCG, makepkg, the real ecosystem's build backends.
+    "test_ecosystem": "slow",
+    "test_pkgbuild": "slow",
+    "test_vm_backend": "slow",
+}
+TIER_FIXTURES = {
+    "sandbox": {"fake_home", "fake_home_factory", "backend", "try_one_bin", "try_one_py", "nobody_python",
+                "nobody_setup", "enforcer"},
+    "install": {"wheelhouse", "target", "any_pip_target", "route", "links", "sdists", "corpus_sdist"},
+    "slow": {"makepkg", "buildtools"},
+}
+TIER_MARKERS = {"network_index": "slow"}  # a test needing the real package index is slow
+TIER_OVERRIDES = {  # "test_module::test_name" (no parameters) -> tier
+    "test_gate::test_setuptools_editable_finder_is_informational_for_its_project": "install",  # runs the real
+    "test_gate::test_setuptools_editable_path_line_is_informational_for_its_project": "install",  # build backend
+    "test_gate::test_editables_bootstrap_is_informational_for_its_project": "install",
+    "test_protections::test_a_real_runs_report_matches_what_the_kernel_applied": "sandbox",
+    "test_protections::test_every_name_the_layers_use_is_in_the_table": "sandbox",  # runs `true`
+    "test_render_safe::test_relay_copies_filtered_output_into_the_target_pipe_until_every_writer_is_gone": "sandbox",
+    "test_tiers::test_the_unit_guard_sees_a_process_started": "sandbox",
+}
+UNKNOWN_MODULE_TIER = "sandbox"  # a new module with none of TIER_FIXTURES: not promised to be quick
+
+
+def tier_of(module: str, test_name: str, fixtures, markers) -> str:
+    """The tier of one test: an override, else the costliest of its module's and its fixtures'."""
+    override = TIER_OVERRIDES.get(f"{module}::{test_name}")
+    if override:
+        return override
+    ranks = [TIER_ORDER.index(TIERS.get(module, UNKNOWN_MODULE_TIER))]
+    ranks += [TIER_ORDER.index(t) for t, names in TIER_FIXTURES.items() if names & set(fixtures)]
+    ranks += [TIER_ORDER.index(t) for m, t in TIER_MARKERS.items() if m in markers]
+    if module not in TIERS and len(ranks) > 1:
+        ranks.pop(0)  # unknown module: its fixtures decide
+    return TIER_ORDER[max(ranks)]
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        module = item.module.__name__ if item.module else item.path.stem
+        name = getattr(item, "originalname", None) or item.name
+        markers = {m.name for m in item.iter_markers()}
+        item.add_marker(getattr(pytest.mark, tier_of(module, name, item.fixturenames, markers)))
+
+
+class _UnitSpawnGuard:
+    """A unit test promises no process: an audit hook (this process's only one of ours) notes each
+    process a unit test starts, and the test fails naming it (move the test to a costlier tier)."""
+
+    EVENTS = {"subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.system", "os.exec", "pty.spawn"}
+
+    def __init__(self):
+        self.watching = False
+        self.seen: list = []
+        sys.addaudithook(self._hook)
+
+    def _hook(self, event, args):
+        if self.watching and event in self.EVENTS:
+            self.seen.append(f"{event} {args[:2]!r}"[:200])
+
+
+_unit_guard = _UnitSpawnGuard()
+_UNIT_MAY_SPAWN = {"test_lint"}  # the linters are processes, not sandboxes
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    watch = item.get_closest_marker("unit") is not None and item.path.stem not in _UNIT_MAY_SPAWN
+    if watch:
+        from pipguard import host
+        from pipguard.backends import ns
+
+        host.probe(), ns.probe()  # the kernel probed once per process, in children: not the test's doing
+    _unit_guard.watching, _unit_guard.seen = watch, []
+    try:
+        result = yield
+    finally:
+        _unit_guard.watching = False
+    if _unit_guard.seen:
+        pytest.fail("a unit-tier test started a process (tier it in tests/conftest.py TIERS/TIER_OVERRIDES): "
+                    + "; ".join(_unit_guard.seen[:3]), pytrace=False)
+    return result
+
+
+def pytest_collection_finish(session):
+    _CLOCK["collected"] = time.monotonic()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Per tier: how many tests passed, failed, were skipped, and the seconds they took; then the
+    wall time. CI's log says which tiers ran (a tier with nothing run is named as not run)."""
+    outcomes: dict = {t: Counter() for t in TIER_ORDER}
+    seconds: Counter = Counter()
+    seen: dict = {}
+    for category, reports in terminalreporter.stats.items():
+        for rep in reports:
+            tier = next((t for t in TIER_ORDER if t in getattr(rep, "keywords", {})), None)
+            if tier is None or not hasattr(rep, "when"):
+                continue
+            seconds[tier] += rep.duration
+            if category in ("passed", "") and rep.when != "call":
+                continue
+            # one outcome per test: a failure or error in any phase wins over the call's pass
+            key = (tier, rep.nodeid)
+            if category in ("failed", "error") or key not in seen:
+                seen[key] = "error" if category == "error" else category
+    for (tier, _nodeid), outcome in seen.items():
+        outcomes[tier][outcome] += 1
+    tr = terminalreporter
+    tr.section("tiers")
+    expr = config.getoption("markexpr") or "(all)"
+    tr.write_line(f"marker expression: {expr}")
+    for tier in TIER_ORDER:
+        counts = outcomes[tier]
+        if not counts:
+            tr.write_line(f"{tier:8} not run")
+            continue
+        parts = ", ".join(f"{n} {what}" for what, n in sorted(counts.items()))
+        tr.write_line(f"{tier:8} {parts}; {seconds[tier]:.0f} s in tests")
+    now = time.monotonic()
+    collected, tests, removed = (_CLOCK.get(k, now) for k in ("collected", "tests", "removed"))
+    tr.write_line(f"wall time: {now - _CLOCK['start']:.0f} s (collection {collected - _CLOCK['start']:.0f} s, "
+                  f"tests {tests - collected:.0f} s, removing the temp root {removed - tests:.0f} s)")
 
 # The corpus and helpers are data for tests, not tests (a corpus setup.py must never be imported).
 collect_ignore = ["packages", "helpers"]

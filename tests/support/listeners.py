@@ -180,7 +180,8 @@ class BuildHost:
         self.port = self._server.server_address[1]
 
     def start(self) -> "BuildHost":
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        # the poll interval bounds how long stop() waits (serve_forever's 0.5 s default: per test)
+        threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True).start()
         return self
 
     def stop(self) -> None:

@@ -3,11 +3,15 @@ given pip, the two routes (a loopback index with credentials in PIP_INDEX_URL, a
 --no-index --find-links), the byte-for-byte listing of an environment."""
 from __future__ import annotations
 
+import atexit
+import base64
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from .index import LoopbackIndex
@@ -21,13 +25,63 @@ CORPUS = ("legit_pure", "legit_cext", "steal_at_build", "steal_at_metadata", "na
 
 
 def make_venv(path: Path, pip: str, wheelhouse: Path) -> Path:
-    """A venv at ``path`` with its bundled pip, or ``pip`` (a version) from the wheelhouse."""
+    """A venv at ``path`` with its bundled pip, or ``pip`` (a version) from the wheelhouse.
+
+    Installing pip is most of a venv's cost (seconds; most install tests make one), so pip is
+    installed once per process into a template venv; each venv is made by ``venv`` for its own
+    path without pip and gets a copy of the template's site-packages (timestamps kept: the
+    bytecode stays valid) and pip's scripts, their shebang and RECORD lines written as pip writes
+    them for this path: the venv ``python -m venv`` (+ ``pip install``) makes, byte for byte
+    (tests/test_tiers.py). A path pip would write another shebang form for is made the slow way."""
+    new_bin = f"{path}/bin/"
+    if len(new_bin) > 100 or any(c.isspace() for c in new_bin):  # distlib: a /bin/sh 'exec' wrapper
+        return _make_venv_with_pip(path, pip, wheelhouse)
+    template = _venv_template(pip, wheelhouse)
+    subprocess.run([PY, "-m", "venv", "--without-pip", str(path)], check=True)
+    cfg = path / "pyvenv.cfg"  # its "command" line, as `python -m venv PATH` writes it
+    cfg.write_text(cfg.read_text().replace(" -m venv --without-pip ", " -m venv ", 1))
+    site = Path("lib") / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    shutil.copytree(template / site, path / site, symlinks=True, dirs_exist_ok=True)
+    old = f"#!{template}/bin/".encode()
+    rewritten = {}
+    for script in (template / "bin").iterdir():
+        if script.is_symlink() or not script.is_file() or not script.read_bytes().startswith(old):
+            continue  # python and its links, the activate scripts: venv wrote this venv's own
+        target = path / "bin" / script.name
+        target.write_bytes(new_bin.encode().join([b"#!", script.read_bytes()[len(old):]]))
+        shutil.copystat(script, target)
+        rewritten[f"../../../bin/{script.name}"] = target
+    for record in (path / site).glob("*.dist-info/RECORD"):
+        lines = record.read_bytes().split(b"\n")
+        for i, line in enumerate(lines):
+            name = line.split(b",", 1)[0].decode()
+            if name in rewritten:
+                data = rewritten[name].read_bytes()
+                digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+                lines[i] = f"{name},sha256={digest},{len(data)}".encode() + line[len(line.rstrip(b"\r")):]
+        record.write_bytes(b"\n".join(lines))
+    return path
+
+
+def _make_venv_with_pip(path: Path, pip: str, wheelhouse: Path) -> Path:
     subprocess.run([PY, "-m", "venv", str(path)], check=True)
     if pip != "bundled":
         subprocess.run([str(path / "bin" / "python"), "-m", "pip", "install", "-q", "--no-index",
                         "-f", str(wheelhouse), f"pip=={pip}"], check=True,
                        env={"PATH": os.environ["PATH"], "PIP_CONFIG_FILE": os.devnull})
     return path
+
+
+_TEMPLATES: dict = {}
+
+
+def _venv_template(pip: str, wheelhouse: Path) -> Path:
+    """``python -m venv`` (+ ``pip install pip==<pip>``), made once per process and kept until it ends."""
+    if pip not in _TEMPLATES:
+        base = Path(tempfile.mkdtemp(prefix="venv-template-"))
+        atexit.register(shutil.rmtree, base, True)
+        _TEMPLATES[pip] = _make_venv_with_pip(base / "venv", pip, wheelhouse)
+    return _TEMPLATES[pip]
 
 
 class Route:
