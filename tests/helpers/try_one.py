@@ -23,8 +23,7 @@ USAGE = ("usage: try_one.py ACTION [ARG...]\n"
          "  read PATH | write PATH | connect-tcp HOST PORT | sendto-udp HOST PORT |\n"
          "  unix-connect PATH | socket-unix | ptrace-traceme | fork | exec PATH |\n"
          "  kill PID SIG | dns NAME | io-uring | read-at DIR NAME | read-from DIR NAME |\n"
-         "  setxattr PATH NAME HEX | chmod PATH OCTAL | list DIR
-")
+         "  setxattr PATH NAME HEX | chmod PATH OCTAL | list DIR\n")
 NARGS = {"read": 1, "write": 1, "connect-tcp": 2, "sendto-udp": 2, "unix-connect": 1,
          "socket-unix": 0, "ptrace-traceme": 0, "fork": 0, "exec": 1, "kill": 2, "dns": 1,
          "io-uring": 0, "read-at": 2, "read-from": 2, "setxattr": 3, "chmod": 2, "list": 1}
