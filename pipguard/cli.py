@@ -152,30 +152,60 @@ def _run(isolation, allow_network, allow_hosts, allow_write, allow_read, deny_su
         vm_accel=vm_accel,
         **limits.policy_settings(limit_memory, limit_processes, limit_cpu, limit_write),
     )
+    # --report FILE gets the chosen format (the default, table, is for a human: the file gets
+    # JSON then) and the terminal the table; without it a machine format is the report on
+    # stdout, and stdout is then the report's alone: the command's goes to stderr, as pip's
+    # does under install
+    file_fmt = ("json" if fmt == "table" else fmt) if report_path else None
+    shown_fmt = "table" if report_path else fmt
     _sigterm_like_ctrl_c()
     _resume_gc()
-    report = run_sandbox(list(command), policy, record_build_dir=record_build_dir,
-                         meanwhile=lambda: _import_renderers(fmt, bool(report_path)))
-    if report_path:
-        write_atomic(report_path, render.get("json")(report))
-    if fmt == "table":
+    saved = _command_stdout_on_stderr() if shown_fmt != "table" else None
+    try:
+        report = run_sandbox(list(command), policy, record_build_dir=record_build_dir,
+                             meanwhile=lambda: _import_renderers(shown_fmt, file_fmt))
+    finally:
+        _stdout_back(saved)
+    if report_path and file_fmt:
+        text = render.get(file_fmt)(report)
+        write_atomic(report_path, safe.json_text(text) if file_fmt in _DATA_FORMATS else text)
+    if shown_fmt == "table":
         _echo(render.get("table")(report, color=_color(sys.stderr)), err=True)
     else:
-        _echo(render.get(fmt)(report), data=fmt in _DATA_FORMATS)
+        _echo(render.get(shown_fmt)(report), data=shown_fmt in _DATA_FORMATS)
     if report.error:
         # interrupted, or (vm) the guest stopped without a report: could not run it
         raise SystemExit(exitcodes.INTERRUPTED if report.error.startswith("interrupted") else exitcodes.ERROR)
     raise SystemExit(exitcodes.from_wait_status(report.exit_code, report.timed_out))
 
 
-def _import_renderers(fmt: str, report: bool) -> None:
+def _import_renderers(fmt: str, file_fmt: Optional[str]) -> None:
     """Import the renderers the run will use while its sandbox is being set
     up (the table renderer imports tabulate: ~4 ms that would come after)."""
-    for name in (fmt, "json") if report else (fmt,):
+    for name in (fmt, file_fmt) if file_fmt else (fmt,):
         try:
             render.get(name)
         except Exception:  # raised again where the renderer is used, as always
             pass
+
+
+def _command_stdout_on_stderr() -> Optional[int]:
+    """Until :func:`_stdout_back`, the sandbox's stdout (this process's descriptor 1, which
+    the sandbox inherits) is stderr: pipguard's report then has stdout to itself, where a
+    reader parses it. Returns the real stdout's copy (None: there is no stdout)."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)  # not inheritable: the sandbox never holds the real stdout
+    except OSError:
+        return None
+    os.dup2(2, 1)
+    return saved
+
+
+def _stdout_back(saved: Optional[int]) -> None:
+    if saved is not None:
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _sigterm_like_ctrl_c() -> None:
@@ -593,9 +623,12 @@ RUN_OPTIONS = (
                  "report credential reads and observation is off by default)."),
     _Option("--timeout", "timeout", "value", metavar="SECONDS",
             help="Kill the whole sandbox after this many seconds (exit 124)."),
-    _Option("--report", "report_path", "value", metavar="FILE", help="Write the JSON report here (atomically)."),
+    _Option("--report", "report_path", "value", metavar="FILE",
+            help="Write the report here (atomically), in --format's format (JSON for table); "
+                 "the summary then goes to stderr."),
     _Option("--format", "fmt", "value", default="table", choices=render.FORMATS,
-            help="table: summary on stderr; json/sarif/markdown: the report on stdout."),
+            help="table: summary on stderr; json/sarif/markdown: the report on stdout, and the "
+                 "command's stdout goes to stderr (with --report: the file's format)."),
     _Option("--record-build-dir", "record_build_dir", "flag", help="Also hash files written in the working directory."),
     _Option("--limit-memory", "limit_memory", "value", metavar="SIZE",
             help="Memory of the whole run (e.g. 4G; default: 3/4 of RAM)."),

@@ -131,12 +131,42 @@ def test_exit_status_passthrough(work):
 
 
 def test_stdio_passes_through_and_json_on_stdout(work):
+    """With the report on stdout, stdout is the report's alone: the command's output goes
+    to stderr (as pip's does under install), so the report parses."""
     r = cli("run", "--format", "json", "--", "sh", "-c", "echo out; echo err >&2", cwd=work)
     assert r.returncode == 0
-    assert r.stdout.startswith("out\n")
-    report = json.loads(r.stdout[len("out\n"):])
+    report = json.loads(r.stdout)
     assert report["schema"] == "pipguard.report/1" and report["verdict"] == "clean"
-    assert "err" in r.stderr
+    assert "out\n" in r.stderr and "err\n" in r.stderr
+
+
+@pytest.mark.parametrize("fmt", ["json", "sarif"])
+def test_report_on_stdout_is_utf8_json_for_any_argument(work, fmt):
+    """A command line that is not UTF-8 (and a command writing such bytes): stdout is the
+    report, valid UTF-8 JSON with no lone surrogate; the byte is shown as its escape."""
+    proc = subprocess.run([PY, "-m", "pipguard", "run", "--format", fmt, "--", "sh", "-c",
+                           'printf "%s\\n" "$1"', "sh", b"caf\xff"], cwd=work, capture_output=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout.decode("utf-8")  # strict
+    data = json.loads(text)
+    assert "\\ud" not in text and "caf\\\\xff" in text
+    assert b"caf\xff\n" in proc.stderr
+    assert data
+
+
+def test_report_file_gets_the_chosen_format(work):
+    """README's ``pipguard run --report r.sarif --format sarif -- make``: SARIF in the file,
+    the command's stdout untouched, pipguard's summary on stderr; with the default format
+    (table, for a human) the file gets JSON."""
+    r = cli("run", "--report", "r.sarif", "--format", "sarif", "--", "echo", "made", cwd=work)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "made\n"
+    assert json.loads((work / "r.sarif").read_text())["version"] == "2.1.0"
+    assert "CLEAN" in r.stderr
+    r = cli("run", "--report", "r.json", "--", "echo", "made", cwd=work)
+    assert r.stdout == "made\n"
+    assert json.loads((work / "r.json").read_text())["schema"] == "pipguard.report/1"
 
 
 def test_sarif_output(work, fake_home):
