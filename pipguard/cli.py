@@ -264,6 +264,7 @@ def _install_with(pip, sandbox_only: bool, binary_only: bool, pip_args: tuple, k
     from pipguard.install import Installer, InstallOptions
     from pipguard.policy import HostPort
 
+    _no_misspelt_options(pip_args, sandbox_only)
     report_path = None
     if kw.get("report_path"):
         from pipguard.report import check_writable
@@ -316,6 +317,40 @@ def _install_with(pip, sandbox_only: bool, binary_only: bool, pip_args: tuple, k
     else:
         _echo(render_install.sarif(result), data=True)
     return result
+
+
+def _no_misspelt_options(pip_args: Sequence[str], sandbox_only: bool) -> None:
+    """A UsageError for an argument that looks like one of pipguard's own options misspelt
+    (``--sandbx``, ``--isolaton``) and is no option of pip's: pip would print its usage
+    and pipguard a hint beside the point, after pip started. Which options pip has is
+    asked of pip's own parser (abbreviations included: ``--isol`` is pip's ``--isolated``),
+    only for an argument close to one of pipguard's."""
+    names = [o.name for o in INSTALL_OPTIONS] + ([] if sandbox_only else [SANDBOX_OPTION.name])
+    for arg in pip_args:
+        if arg == "--":
+            break
+        if not arg.startswith("--") or arg in names:
+            continue
+        import difflib
+
+        name = arg.partition("=")[0]
+        close = difflib.get_close_matches(name, names, n=1, cutoff=0.75)
+        if close and not _pip_option(name):
+            raise UsageError(f"no such option: {name}", hint=f"did you mean {close[0]}?")
+
+
+def _pip_option(name: str) -> bool:
+    """Whether pip's install command takes ``name`` (as pip would read it: an unambiguous
+    abbreviation too); True when pip cannot be asked here (pip itself then decides)."""
+    try:
+        from pip._internal.commands import create_command
+
+        create_command("install").parser._match_long_opt(name)
+    except ImportError:
+        return True
+    except Exception:  # optparse's BadOptionError / AmbiguousOptionError
+        return False
+    return True
 
 
 def _load_renderer() -> None:

@@ -142,6 +142,8 @@ class Installer:
         #: package -> its blocked attempts an approval accepted, with the approval
         self.accepted: Dict[str, List[Tuple[Event, Approval]]] = {}
         self.refusals: List[Refusal] = []
+        #: (implementation, (major, minor)) of what ran pip, once it exited (None: not a Python)
+        self.interpreter: Optional[Tuple[str, Tuple[int, int]]] = None
         self.error: Optional[str] = None     # why pipguard could not go on: exit 2
         self.gate_answered = False
         #: prepared .dist-info directory -> its metadata, as pip read it (hookcall.prepared_metadata)
@@ -192,6 +194,7 @@ class Installer:
                                         "refuse": self._on_refuse, "source": self._on_source},
                              idle=on_idle)
             returncode = proc.wait()
+            self.interpreter = pip.interpreter()
         except KeyboardInterrupt:
             _stop(proc)
             return self._result("interrupted", "interrupted; pip was stopped (nothing is installed "
@@ -236,6 +239,14 @@ class Installer:
                         pass
 
     def _finish(self, returncode: int) -> InstallResult:
+        from pipguard.seam import SUPPORTED
+
+        implementation, oldest = SUPPORTED
+        if self.interpreter is None or self.interpreter[0] != implementation or self.interpreter[1] < oldest:
+            # whatever its exit status: pip never ran (an exit 0 from /bin/true is no install)
+            said = (f"it is {self.interpreter[0]} {'.'.join(map(str, self.interpreter[1]))}"
+                    if self.interpreter else f"it never ran pipguard's pip, exit {returncode}")
+            return self._result("error", f"--python {self.python}: not a CPython >= 3.9 with pip: {said}")
         if self.refusals:
             names = ", ".join(dict.fromkeys(r.who for r in self.refusals))
             return self._result("refused", f"{names} refused the install (below: what was seen, "

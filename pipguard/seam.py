@@ -35,6 +35,10 @@ from pipguard.render.safe import printable
 #: ``__main__.py`` imports it (its cached bytecode: a script would be compiled every start)
 TARGET_ENTRY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_seam")
 SEAM_VARIABLE = "PIPGUARD_SEAM"
+#: the target's descriptor for its first words (:func:`pipguard._seam.target.say_hello`)
+HELLO_VARIABLE = "PIPGUARD_SEAM_HELLO"
+#: what pipguard runs pip under (``--python``): the target's own checks say the same
+SUPPORTED = ("cpython", (3, 9))
 #: a request larger than this is not from our client
 MAX_REQUEST = 16 * 1024 * 1024
 
@@ -83,13 +87,41 @@ class PipProcess:
                              "index)", hint="drop --isolated, or give the credentials in a netrc or "
                              "keyring instead of the URL")
         self.python = python
+        self._said: Optional[Tuple[str, Tuple[int, int]]] = None
         self.server = SeamServer()
+        # who answers: the target's first words (target.say_hello); nothing from a program
+        # that is not a Python running pipguard's seam
+        self._hello_read, hello_write = os.pipe()
         try:
             self.proc = subprocess.Popen([python, TARGET_ENTRY, "pip", "install", *moved],
-                                         env={**moved_env, SEAM_VARIABLE: self.server.env_value}, stdout=stdout)
+                                         env={**moved_env, SEAM_VARIABLE: self.server.env_value,
+                                              HELLO_VARIABLE: str(hello_write)},
+                                         stdout=stdout, pass_fds=(hello_write,))
         except BaseException:
             self.server.close()
+            os.close(self._hello_read)
             raise
+        finally:
+            os.close(hello_write)
+
+    def interpreter(self) -> Optional[Tuple[str, Tuple[int, int]]]:
+        """(implementation, (major, minor)) of the interpreter that ran pip, once pip has
+        exited; None when it never ran pipguard's seam (not a Python: ``/bin/true``)."""
+        if self._hello_read < 0:
+            return self._said
+        try:
+            os.set_blocking(self._hello_read, False)
+            words = os.read(self._hello_read, 200).decode("ascii", "replace").split()
+        except OSError:  # nothing written (EAGAIN: something still holds the pipe)
+            words = []
+        finally:
+            os.close(self._hello_read)
+            self._hello_read = -1
+        self._said = None
+        if len(words) == 2 and words[1].count(".") == 1 and words[1].replace(".", "").isdigit():
+            major, minor = words[1].split(".")
+            self._said = (words[0], (int(major), int(minor)))
+        return self._said
 
     def abandon(self) -> None:
         """End pip (pipguard will not serve it) and the server. Idempotent."""
@@ -97,6 +129,9 @@ class PipProcess:
             self.proc.kill()
         self.proc.wait()
         self.server.close()
+        if self._hello_read >= 0:
+            os.close(self._hello_read)
+            self._hello_read = -1
 
 
 #: seconds without a request after which :meth:`SeamServer.serve` does a step of idle work

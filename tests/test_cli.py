@@ -39,6 +39,13 @@ def work(tmp_path):
     (["run", "--isolation", "paranoid", "--", "touch", "ran"], "paranoid"),
     (["run", "--allow-network", "--allow-host", "pypi.org", "--", "touch", "ran"], "contradict"),
     (["run", "--allow-host", "pypi.org:99999", "--", "touch", "ran"], "port"),
+    # what names no host would never match one: refused, not accepted as a rule that never applies
+    (["run", "--allow-host", "a b", "--", "touch", "ran"], "not HOST[:PORT]"),
+    (["run", "--allow-host", "socket(inet6, dgram)", "--", "touch", "ran"], "not HOST[:PORT]"),
+    (["run", "--allow-host", "a..b:443", "--", "touch", "ran"], "not HOST[:PORT]"),
+    (["run", "--allow-host", "-x.example", "--", "touch", "ran"], "not HOST[:PORT]"),
+    (["run", "--allow-host", "1.2.3", "--", "touch", "ran"], "not HOST[:PORT]"),
+    (["run", "--allow-host", "[10.0.0.1]:80", "--", "touch", "ran"], "IPv6"),
     (["install", "--sandbox"], "nothing to install"),
     # checked while pip starts (pipguard starts pip first): pip is ended, nothing installed
     (["install", "--sandbox", "--allow-read", "/nonexistent-pipguard", "six"], "no such file"),
@@ -46,6 +53,11 @@ def work(tmp_path):
     (["install", "--sandbox", "--report", "/nonexistent-dir/r.json", "six"], "does not exist"),
     (["install", "--sandbox", "--allow-build-host", "pypi.org:99999", "six"], "--allow-build-host 'pypi.org:99999': port"),
     (["install", "--sandbox", "--python", "/nonexistent-python", "six"], "not an executable"),
+    (["install", "--sandbox", "--allow-build-host", "a b", "six"], "--allow-build-host 'a b': not HOST"),
+    # pipguard's own options misspelt: pipguard's "did you mean", not pip's usage
+    (["install", "--sandbx", "six"], "did you mean --sandbox"),
+    (["install", "--sandbox", "--isolaton", "os", "six"], "did you mean --isolation"),
+    (["sandbox", "--probe-import", "six"], "did you mean --probe-imports"),
     (["frobnicate"], "frobnicate"),
 ])
 def test_bad_input_is_one_line_exit_2(work, args, words):
@@ -58,6 +70,32 @@ def test_bad_input_is_one_line_exit_2(work, args, words):
     assert words.lower() in lines[0].lower()
     assert not (work / "ran").exists(), "nothing may run on bad input"
     assert not list(work.glob("*.json"))
+
+
+@pytest.mark.parametrize("program", ["/bin/true", "/bin/echo", "/bin/false"])
+def test_python_that_is_no_python_is_an_error(work, program):
+    """``--python`` naming a program that is not a Python: pip never ran, whatever that
+    program's exit status (``/bin/true`` exited 0 and pipguard said INSTALLED)."""
+    r = cli("install", "--python", program, "six", cwd=work)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "not a CPython >= 3.9 with pip" in r.stderr and "INSTALLED" not in r.stderr
+
+
+@pytest.mark.parametrize("host", ["pypi.org", "pypi.org:443", "[::1]:3128", "::1", "10.0.0.5:8080",
+                                  "files.pythonhosted.org.", "b\u00fccher.example", "in_ternal.example"])
+def test_allow_host_takes_host_and_port(host):
+    from pipguard.policy import HostPort
+
+    parsed = HostPort.parse(host)
+    assert str(parsed).isascii() and " " not in str(parsed)
+
+
+def test_pip_options_near_pipguards_stay_pips(work):
+    """``--isolated`` (pip's, close to pipguard's ``--isolation``) and an abbreviation of it
+    are pip's to read: no "did you mean"."""
+    for option in ("--isolated", "--isol"):
+        r = cli("install", option, "--dry-run", "--no-index", "--find-links", str(work), "six", cwd=work)
+        assert "did you mean" not in r.stderr, r.stderr
 
 
 def test_an_option_that_fails_after_pip_started_ends_that_pip(work):
