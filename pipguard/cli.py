@@ -208,12 +208,29 @@ def _stdout_back(saved: Optional[int]) -> None:
         os.close(saved)
 
 
+#: the signal that stopped pipguard, once one did through :func:`_sigterm_like_ctrl_c`
+_STOPPED_BY: Optional[int] = None
+
+
 def _sigterm_like_ctrl_c() -> None:
     """SIGTERM stops the sandbox like Ctrl-C does: the supervisor kills the
-    whole tree and the report is still written."""
+    whole tree and the report is still written. The exit status then says which
+    it was, as a shell's does: 130 (128+SIGINT) or 143 (128+SIGTERM)."""
     import signal
 
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # raises KeyboardInterrupt
+    def terminated(signum, frame):
+        global _STOPPED_BY
+        _STOPPED_BY = signum
+        raise KeyboardInterrupt  # the path Ctrl-C takes
+
+    signal.signal(signal.SIGTERM, terminated)
+
+
+def _stopped_status(done: SystemExit) -> SystemExit:
+    """``done``, with an interrupted exit (130) said as the signal that stopped pipguard."""
+    if done.code == exitcodes.INTERRUPTED and _STOPPED_BY is not None:
+        return SystemExit(128 + _STOPPED_BY)
+    return done
 
 
 def _quiet_level(pip_args: Sequence[str]) -> int:
@@ -515,7 +532,7 @@ def _click_app():
         Exit status: 0 installed, 1 refused (something was blocked or a gate
         fired: nothing installed), 2 error (pip failed or bad input: the
         environment is as pip left it, which for a failure before installing
-        means unchanged), 130 interrupted.
+        means unchanged), 130 interrupted (143: by SIGTERM).
         """
         _install(False, dict(kw, sandbox=sandbox))
 
@@ -527,7 +544,7 @@ def _click_app():
         --probe-imports, import); print the evidence.
 
         Exit status: 0 observed clean, 1 something was blocked, 2 error, 130
-        interrupted.
+        interrupted (143: by SIGTERM).
         """
         _install(True, kw)
 
@@ -557,7 +574,7 @@ def _click_app():
         scratch root; report each phase's evidence and the package's contents.
 
         Exit status: 0 observed clean, 1 something was blocked, 2 error (also:
-        makepkg missing, checksum mismatch), 130 interrupted.
+        makepkg missing, checksum mismatch), 130 interrupted (143: by SIGTERM).
         """
         _pkgbuild(directory, allow_hosts, isolation, vm_accel, timeout, report_path, fmt)
 
@@ -1051,6 +1068,13 @@ def _exit_now(done: SystemExit) -> None:
 
 
 def _main(args: List[str], click_args: Optional[List[str]]) -> None:
+    try:
+        _main_once(args, click_args)
+    except SystemExit as done:
+        raise _stopped_status(done) from None
+
+
+def _main_once(args: List[str], click_args: Optional[List[str]]) -> None:
     _fast(args)
     import click
 

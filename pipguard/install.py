@@ -265,7 +265,7 @@ class Installer:
             return self._result("clean", "observed clean; nothing installed")
         if not self.gated:
             return self._result("installed", "pip installed nothing (requirements already satisfied, or --dry-run)")
-        return self._result("installed", "installed")
+        return self._result("installed", f"{len(self.gated)} package(s) gated, then installed by pip")
 
     def _result(self, status: str, message: str) -> InstallResult:
         from pipguard.install_result import InstallResult, PackageResult
@@ -409,7 +409,9 @@ class Installer:
             return {"exit": status or 1, "message": f"pipguard: refused: {why} — the install is "
                     "refused; see pipguard's summary below"}
         note = f", {len(phase.accepted)} attempt(s) accepted by approval" if phase.accepted else ""
-        self.progress(f"{who}: {call.hook} ok ({result.report.duration:.1f} s{note})")
+        # the backend's own failure is pip's to report, but never "ok"
+        outcome = ("timed out" if result.report.timed_out else f"failed (exit {status})") if status else "ok"
+        self.progress(f"{who}: {call.hook} {outcome} ({result.report.duration:.1f} s{note})")
         message = None
         if result.report.timed_out:
             message = f"pipguard: {call.hook} of {who} exceeded --build-timeout"

@@ -422,6 +422,7 @@ def run_gate(fail_on: str, exit_code: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("fail_on, exit_code, fails", [
     ("refused", "0", False), ("refused", "1", True), ("refused", "2", True), ("refused", "130", True),
+    ("refused", "143", True), ("error", "143", True),
     ("error", "0", False), ("error", "1", False), ("error", "2", True), ("error", "", True),
     ("never", "1", False), ("never", "2", False),
 ])
