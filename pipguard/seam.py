@@ -143,8 +143,10 @@ class SeamServer:
     pip process ends. Single-threaded: sandboxes fork from this thread."""
 
     def __init__(self) -> None:
-        self.directory = tempfile.mkdtemp(prefix="pipguard-seam-", dir=_socket_parent())
-        os.chmod(self.directory, 0o700)
+        from pipguard import tempdirs
+
+        # owned by this process's lock: if pipguard is killed, a later one removes it
+        self.directory = tempdirs.make("pipguard-seam-", _socket_parent())
         self.path = os.path.join(self.directory, "seam.sock")
         # os.urandom is what secrets.token_hex reads; the secrets module would
         # import hmac and OpenSSL (~15 ms) before pip can start
@@ -221,8 +223,12 @@ class SeamServer:
 
     def close(self) -> None:
         """Stop listening and remove the socket's directory. Idempotent."""
+        from pipguard import tempdirs
+
         self._listener.close()
         shutil.rmtree(self.directory, ignore_errors=True)
+        tempdirs.release(self.directory)
+        tempdirs.sweep(os.path.dirname(self.directory))  # seams and runs of killed pipguards
 
 
 #: sun_path holds 108 bytes with its NUL; the directory's random part and "/seam.sock" follow
