@@ -336,12 +336,36 @@ def _install_with(pip, sandbox_only: bool, binary_only: bool, pip_args: tuple, k
     return result
 
 
+#: the long options of ``pip install`` (pip 23.2's parser, and those later pips added): an
+#: argument that is one, or an abbreviation optparse would take for one, is pip's
+#: (tests/test_cli.py checks this against the installed pip's own parser)
+PIP_INSTALL_OPTIONS = frozenset((
+    "--abi", "--break-system-packages", "--cache-dir", "--cert", "--check-build-dependencies",
+    "--client-cert", "--compile", "--config-settings", "--constraint", "--debug", "--default-timeout",
+    "--disable-pip-version-check", "--dry-run", "--editable", "--exists-action", "--extra-index-url",
+    "--find-links", "--force-reinstall", "--global-option", "--help", "--ignore-installed",
+    "--ignore-requires-python", "--implementation", "--index-url", "--isolated", "--keyring-provider",
+    "--local-log", "--log", "--log-file", "--no-binary", "--no-build-isolation", "--no-cache-dir",
+    "--no-clean", "--no-color", "--no-compile", "--no-dependencies", "--no-deps", "--no-index",
+    "--no-input", "--no-python-version-warning", "--no-use-pep517", "--no-user", "--no-warn-conflicts",
+    "--no-warn-script-location", "--only-binary", "--platform", "--pre", "--prefer-binary", "--prefix",
+    "--progress-bar", "--proxy", "--pypi-url", "--python", "--python-version", "--quiet", "--report",
+    "--require-hashes", "--require-venv", "--require-virtualenv", "--requirement", "--retries", "--root",
+    "--root-user-action", "--source", "--source-dir", "--source-directory", "--src", "--target",
+    "--timeout", "--trusted-host", "--upgrade", "--upgrade-strategy", "--use-deprecated",
+    "--use-feature", "--use-pep517", "--user", "--verbose", "--version",
+    # later pips
+    "--group", "--resume-retries", "--build-constraint", "--all-releases", "--only-final",
+    "--uploaded-prior-to", "--install-option",
+))
+
+
 def _no_misspelt_options(pip_args: Sequence[str], sandbox_only: bool) -> None:
     """A UsageError for an argument that looks like one of pipguard's own options misspelt
     (``--sandbx``, ``--isolaton``) and is no option of pip's: pip would print its usage
-    and pipguard a hint beside the point, after pip started. Which options pip has is
-    asked of pip's own parser (abbreviations included: ``--isol`` is pip's ``--isolated``),
-    only for an argument close to one of pipguard's."""
+    and pipguard a hint beside the point. Checked while pip starts, so without asking
+    pip's parser (importing it takes longer than pip's own start): the table above, with
+    optparse's abbreviations (``--isol`` is pip's ``--isolated``)."""
     names = [o.name for o in INSTALL_OPTIONS] + ([] if sandbox_only else [SANDBOX_OPTION.name])
     for arg in pip_args:
         if arg == "--":
@@ -357,17 +381,9 @@ def _no_misspelt_options(pip_args: Sequence[str], sandbox_only: bool) -> None:
 
 
 def _pip_option(name: str) -> bool:
-    """Whether pip's install command takes ``name`` (as pip would read it: an unambiguous
-    abbreviation too); True when pip cannot be asked here (pip itself then decides)."""
-    try:
-        from pip._internal.commands import create_command
-
-        create_command("install").parser._match_long_opt(name)
-    except ImportError:
-        return True
-    except Exception:  # optparse's BadOptionError / AmbiguousOptionError
-        return False
-    return True
+    """Whether pip's install command could read ``name`` as one of its options: exactly, or
+    as an abbreviation (pip decides whether an ambiguous one is an error)."""
+    return name in PIP_INSTALL_OPTIONS or any(option.startswith(name) for option in PIP_INSTALL_OPTIONS)
 
 
 def _load_renderer() -> None:

@@ -90,6 +90,16 @@ def test_allow_host_takes_host_and_port(host):
     assert str(parsed).isascii() and " " not in str(parsed)
 
 
+def test_pipguards_table_of_pip_options_has_every_option_of_this_pip():
+    """The table the "did you mean" check reads (it cannot import pip's parser while pip
+    starts: that took longer than pip's own start, and pip's usage came first)."""
+    from pip._internal.commands import create_command
+
+    from pipguard import cli as pgcli
+
+    assert set(create_command("install").parser._long_opt) <= pgcli.PIP_INSTALL_OPTIONS
+
+
 def test_pip_options_near_pipguards_stay_pips(work):
     """``--isolated`` (pip's, close to pipguard's ``--isolation``) and an abbreviation of it
     are pip's to read: no "did you mean"."""
