@@ -475,23 +475,34 @@ def _doctor(fmt) -> None:
     import click
 
     from pipguard import doctor as doctor_mod
-    from pipguard import host
+    from pipguard import host, sandbox_user
 
     from pipguard.backends import vm
 
+    # first: what runs killed mid-way left (every run does the same before it starts)
+    restored = sandbox_user.replay_stale(again=True)
     facts = host.probe()
-    checks = doctor_mod.checks(facts) + doctor_mod.vm_checks(vm.probe())
+    checks = (doctor_mod.checks(facts)
+              + [doctor_mod.limits_check(), doctor_mod.stale_grants_check(restored, sandbox_user.needed())]
+              + doctor_mod.vm_checks(vm.probe()))
     degraded = doctor_mod.default_isolation_degraded(checks)
+    limits_row = next(c for c in checks if c.name == "limits")
     if fmt == "json":
         click.echo(json.dumps({"host": facts.to_json(),
                                "checks": [c.__dict__ if not hasattr(c, "to_json") else c.to_json()
                                           for c in checks],
-                               "default_isolation_degraded": degraded}, indent=2, default=str))
+                               "default_isolation_degraded": degraded,
+                               "limits_degraded": limits_row.status != "ok",
+                               "restored": [{"uid": r.uid, "writable": list(r.writable), "paths": list(r.paths)}
+                                            for r in restored]},
+                              indent=2, default=str))
     else:
         tabulate = render.load_tabulate()
-        rows = [(c.name, c.status, c.detail) for c in checks]
+        rows = [(c.name, c.status, safe.printable(c.detail)) for c in checks]
         click.echo(tabulate(rows, headers=("layer", "status", "detail"), disable_numparse=True))
         click.echo("\ndefault isolation: " + ("DEGRADED" if degraded else "complete"))
+        click.echo("resource limits: " + ("complete (the run's cgroup)" if limits_row.status == "ok" else
+                                          "DEGRADED (rlimits per process: see the limits row)"))
     raise SystemExit(exitcodes.REFUSED if degraded else exitcodes.OK)
 
 
