@@ -266,3 +266,41 @@ def test_run_sandboxed_returns_status(work):
 
     assert run_sandboxed(["sh", "-c", "exit 7"], cwd=str(work)) == 7
     assert run_sandboxed(["sleep", "30"], cwd=str(work), timeout=1) == 124
+
+
+def _readme_run_example():
+    """The README's block with ``pipguard run -- sh -c 'cat ~/.ssh/id_rsa …'``: its ``$ `` lines."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    # fenced blocks: the text between a fence line and the next (odd-numbered parts)
+    for block in readme.split("\n```")[1::2]:
+        lines = [line[2:] for line in block.splitlines() if line.startswith("$ ")]
+        if any("pipguard run -- sh -c 'cat ~/.ssh/id_rsa" in line for line in lines):
+            return lines
+    raise AssertionError("README lost its pipguard run example")
+
+
+def test_readmes_run_example_works_from_a_new_shell(fake_home, loopback_tcp):
+    """The README's ``pipguard run`` example, typed into a shell that starts in ``~`` as a new
+    user's does: it was refused there ("refusing to make ~ writable"); the README now says
+    where to run it. Harmless here: ``/root/.aws/credentials`` is read as the fake home's, and
+    the connection goes to a loopback listener (which must get nothing)."""
+    import os
+    from pathlib import Path
+
+    lines = _readme_run_example()
+    script = "set -e\n" + "\n".join(
+        line.replace("/root/.aws/credentials", "~/.aws/credentials")
+            .replace("10.0.0.1/443", f"127.0.0.1/{loopback_tcp.port}")
+        for line in lines)
+    env = fake_home.env({"PATH": f"{Path(PY).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"})
+    r = subprocess.run(["bash", "--noprofile", "--norc", "-c", script], cwd=fake_home.path, env=env,
+                       capture_output=True, text=True, timeout=180)
+    out = r.stdout + r.stderr
+    assert "refusing to make" not in out, out
+    assert r.returncode == 1, out  # the command's status: its connection failed
+    assert "pipguard-decoy" in out or "secret-read" in out, out
+    assert not any(m in out for m in fake_home.markers.values()), out
+    assert "BLOCKED" in out and "10.0.0.1" not in out
+    assert not loopback_tcp.received
