@@ -152,38 +152,85 @@ def _run(isolation, allow_network, allow_hosts, allow_write, allow_read, deny_su
         vm_accel=vm_accel,
         **limits.policy_settings(limit_memory, limit_processes, limit_cpu, limit_write),
     )
+    # --report FILE gets the chosen format (the default, table, is for a human: the file gets
+    # JSON then) and the terminal the table; without it a machine format is the report on
+    # stdout, and stdout is then the report's alone: the command's goes to stderr, as pip's
+    # does under install
+    file_fmt = ("json" if fmt == "table" else fmt) if report_path else None
+    shown_fmt = "table" if report_path else fmt
     _sigterm_like_ctrl_c()
     _resume_gc()
-    report = run_sandbox(list(command), policy, record_build_dir=record_build_dir,
-                         meanwhile=lambda: _import_renderers(fmt, bool(report_path)))
-    if report_path:
-        write_atomic(report_path, render.get("json")(report))
-    if fmt == "table":
+    saved = _command_stdout_on_stderr() if shown_fmt != "table" else None
+    try:
+        report = run_sandbox(list(command), policy, record_build_dir=record_build_dir,
+                             meanwhile=lambda: _import_renderers(shown_fmt, file_fmt))
+    finally:
+        _stdout_back(saved)
+    if report_path and file_fmt:
+        text = render.get(file_fmt)(report)
+        write_atomic(report_path, safe.json_text(text) if file_fmt in _DATA_FORMATS else text)
+    if shown_fmt == "table":
         _echo(render.get("table")(report, color=_color(sys.stderr)), err=True)
     else:
-        _echo(render.get(fmt)(report), data=fmt in _DATA_FORMATS)
+        _echo(render.get(shown_fmt)(report), data=shown_fmt in _DATA_FORMATS)
     if report.error:
         # interrupted, or (vm) the guest stopped without a report: could not run it
         raise SystemExit(exitcodes.INTERRUPTED if report.error.startswith("interrupted") else exitcodes.ERROR)
     raise SystemExit(exitcodes.from_wait_status(report.exit_code, report.timed_out))
 
 
-def _import_renderers(fmt: str, report: bool) -> None:
+def _import_renderers(fmt: str, file_fmt: Optional[str]) -> None:
     """Import the renderers the run will use while its sandbox is being set
     up (the table renderer imports tabulate: ~4 ms that would come after)."""
-    for name in (fmt, "json") if report else (fmt,):
+    for name in (fmt, file_fmt) if file_fmt else (fmt,):
         try:
             render.get(name)
         except Exception:  # raised again where the renderer is used, as always
             pass
 
 
+def _command_stdout_on_stderr() -> Optional[int]:
+    """Until :func:`_stdout_back`, the sandbox's stdout (this process's descriptor 1, which
+    the sandbox inherits) is stderr: pipguard's report then has stdout to itself, where a
+    reader parses it. Returns the real stdout's copy (None: there is no stdout)."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)  # not inheritable: the sandbox never holds the real stdout
+    except OSError:
+        return None
+    os.dup2(2, 1)
+    return saved
+
+
+def _stdout_back(saved: Optional[int]) -> None:
+    if saved is not None:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+#: the signal that stopped pipguard, once one did through :func:`_sigterm_like_ctrl_c`
+_STOPPED_BY: Optional[int] = None
+
+
 def _sigterm_like_ctrl_c() -> None:
     """SIGTERM stops the sandbox like Ctrl-C does: the supervisor kills the
-    whole tree and the report is still written."""
+    whole tree and the report is still written. The exit status then says which
+    it was, as a shell's does: 130 (128+SIGINT) or 143 (128+SIGTERM)."""
     import signal
 
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # raises KeyboardInterrupt
+    def terminated(signum, frame):
+        global _STOPPED_BY
+        _STOPPED_BY = signum
+        raise KeyboardInterrupt  # the path Ctrl-C takes
+
+    signal.signal(signal.SIGTERM, terminated)
+
+
+def _stopped_status(done: SystemExit) -> SystemExit:
+    """``done``, with an interrupted exit (130) said as the signal that stopped pipguard."""
+    if done.code == exitcodes.INTERRUPTED and _STOPPED_BY is not None:
+        return SystemExit(128 + _STOPPED_BY)
+    return done
 
 
 def _quiet_level(pip_args: Sequence[str]) -> int:
@@ -234,6 +281,7 @@ def _install_with(pip, sandbox_only: bool, binary_only: bool, pip_args: tuple, k
     from pipguard.install import Installer, InstallOptions
     from pipguard.policy import HostPort
 
+    _no_misspelt_options(pip_args, sandbox_only)
     report_path = None
     if kw.get("report_path"):
         from pipguard.report import check_writable
@@ -286,6 +334,56 @@ def _install_with(pip, sandbox_only: bool, binary_only: bool, pip_args: tuple, k
     else:
         _echo(render_install.sarif(result), data=True)
     return result
+
+
+#: the long options of ``pip install`` (pip 23.2's parser, and those later pips added): an
+#: argument that is one, or an abbreviation optparse would take for one, is pip's
+#: (tests/test_cli.py checks this against the installed pip's own parser)
+PIP_INSTALL_OPTIONS = frozenset((
+    "--abi", "--break-system-packages", "--cache-dir", "--cert", "--check-build-dependencies",
+    "--client-cert", "--compile", "--config-settings", "--constraint", "--debug", "--default-timeout",
+    "--disable-pip-version-check", "--dry-run", "--editable", "--exists-action", "--extra-index-url",
+    "--find-links", "--force-reinstall", "--global-option", "--help", "--ignore-installed",
+    "--ignore-requires-python", "--implementation", "--index-url", "--isolated", "--keyring-provider",
+    "--local-log", "--log", "--log-file", "--no-binary", "--no-build-isolation", "--no-cache-dir",
+    "--no-clean", "--no-color", "--no-compile", "--no-dependencies", "--no-deps", "--no-index",
+    "--no-input", "--no-python-version-warning", "--no-use-pep517", "--no-user", "--no-warn-conflicts",
+    "--no-warn-script-location", "--only-binary", "--platform", "--pre", "--prefer-binary", "--prefix",
+    "--progress-bar", "--proxy", "--pypi-url", "--python", "--python-version", "--quiet", "--report",
+    "--require-hashes", "--require-venv", "--require-virtualenv", "--requirement", "--retries", "--root",
+    "--root-user-action", "--source", "--source-dir", "--source-directory", "--src", "--target",
+    "--timeout", "--trusted-host", "--upgrade", "--upgrade-strategy", "--use-deprecated",
+    "--use-feature", "--use-pep517", "--user", "--verbose", "--version",
+    # later pips
+    "--group", "--resume-retries", "--build-constraint", "--all-releases", "--only-final",
+    "--uploaded-prior-to", "--install-option",
+))
+
+
+def _no_misspelt_options(pip_args: Sequence[str], sandbox_only: bool) -> None:
+    """A UsageError for an argument that looks like one of pipguard's own options misspelt
+    (``--sandbx``, ``--isolaton``) and is no option of pip's: pip would print its usage
+    and pipguard a hint beside the point. Checked while pip starts, so without asking
+    pip's parser (importing it takes longer than pip's own start): the table above, with
+    optparse's abbreviations (``--isol`` is pip's ``--isolated``)."""
+    names = [o.name for o in INSTALL_OPTIONS] + ([] if sandbox_only else [SANDBOX_OPTION.name])
+    for arg in pip_args:
+        if arg == "--":
+            break
+        if not arg.startswith("--") or arg in names:
+            continue
+        import difflib
+
+        name = arg.partition("=")[0]
+        close = difflib.get_close_matches(name, names, n=1, cutoff=0.75)
+        if close and not _pip_option(name):
+            raise UsageError(f"no such option: {name}", hint=f"did you mean {close[0]}?")
+
+
+def _pip_option(name: str) -> bool:
+    """Whether pip's install command could read ``name`` as one of its options: exactly, or
+    as an abbreviation (pip decides whether an ambiguous one is an error)."""
+    return name in PIP_INSTALL_OPTIONS or any(option.startswith(name) for option in PIP_INSTALL_OPTIONS)
 
 
 def _load_renderer() -> None:
@@ -377,23 +475,34 @@ def _doctor(fmt) -> None:
     import click
 
     from pipguard import doctor as doctor_mod
-    from pipguard import host
+    from pipguard import host, sandbox_user
 
     from pipguard.backends import vm
 
+    # first: what runs killed mid-way left (every run does the same before it starts)
+    restored = sandbox_user.replay_stale(again=True)
     facts = host.probe()
-    checks = doctor_mod.checks(facts) + doctor_mod.vm_checks(vm.probe())
+    checks = (doctor_mod.checks(facts)
+              + [doctor_mod.limits_check(), doctor_mod.stale_grants_check(restored, sandbox_user.needed())]
+              + doctor_mod.vm_checks(vm.probe()))
     degraded = doctor_mod.default_isolation_degraded(checks)
+    limits_row = next(c for c in checks if c.name == "limits")
     if fmt == "json":
         click.echo(json.dumps({"host": facts.to_json(),
                                "checks": [c.__dict__ if not hasattr(c, "to_json") else c.to_json()
                                           for c in checks],
-                               "default_isolation_degraded": degraded}, indent=2, default=str))
+                               "default_isolation_degraded": degraded,
+                               "limits_degraded": limits_row.status != "ok",
+                               "restored": [{"uid": r.uid, "writable": list(r.writable), "paths": list(r.paths)}
+                                            for r in restored]},
+                              indent=2, default=str))
     else:
         tabulate = render.load_tabulate()
-        rows = [(c.name, c.status, c.detail) for c in checks]
+        rows = [(c.name, c.status, safe.printable(c.detail)) for c in checks]
         click.echo(tabulate(rows, headers=("layer", "status", "detail"), disable_numparse=True))
         click.echo("\ndefault isolation: " + ("DEGRADED" if degraded else "complete"))
+        click.echo("resource limits: " + ("complete (the run's cgroup)" if limits_row.status == "ok" else
+                                          "DEGRADED (rlimits per process: see the limits row)"))
     raise SystemExit(exitcodes.REFUSED if degraded else exitcodes.OK)
 
 
@@ -450,7 +559,7 @@ def _click_app():
         Exit status: 0 installed, 1 refused (something was blocked or a gate
         fired: nothing installed), 2 error (pip failed or bad input: the
         environment is as pip left it, which for a failure before installing
-        means unchanged), 130 interrupted.
+        means unchanged), 130 interrupted (143: by SIGTERM).
         """
         _install(False, dict(kw, sandbox=sandbox))
 
@@ -462,7 +571,7 @@ def _click_app():
         --probe-imports, import); print the evidence.
 
         Exit status: 0 observed clean, 1 something was blocked, 2 error, 130
-        interrupted.
+        interrupted (143: by SIGTERM).
         """
         _install(True, kw)
 
@@ -492,7 +601,7 @@ def _click_app():
         scratch root; report each phase's evidence and the package's contents.
 
         Exit status: 0 observed clean, 1 something was blocked, 2 error (also:
-        makepkg missing, checksum mismatch), 130 interrupted.
+        makepkg missing, checksum mismatch), 130 interrupted (143: by SIGTERM).
         """
         _pkgbuild(directory, allow_hosts, isolation, vm_accel, timeout, report_path, fmt)
 
@@ -593,9 +702,12 @@ RUN_OPTIONS = (
                  "report credential reads and observation is off by default)."),
     _Option("--timeout", "timeout", "value", metavar="SECONDS",
             help="Kill the whole sandbox after this many seconds (exit 124)."),
-    _Option("--report", "report_path", "value", metavar="FILE", help="Write the JSON report here (atomically)."),
+    _Option("--report", "report_path", "value", metavar="FILE",
+            help="Write the report here (atomically), in --format's format (JSON for table); "
+                 "the summary then goes to stderr."),
     _Option("--format", "fmt", "value", default="table", choices=render.FORMATS,
-            help="table: summary on stderr; json/sarif/markdown: the report on stdout."),
+            help="table: summary on stderr; json/sarif/markdown: the report on stdout, and the "
+                 "command's stdout goes to stderr (with --report: the file's format)."),
     _Option("--record-build-dir", "record_build_dir", "flag", help="Also hash files written in the working directory."),
     _Option("--limit-memory", "limit_memory", "value", metavar="SIZE",
             help="Memory of the whole run (e.g. 4G; default: 3/4 of RAM)."),
@@ -983,6 +1095,13 @@ def _exit_now(done: SystemExit) -> None:
 
 
 def _main(args: List[str], click_args: Optional[List[str]]) -> None:
+    try:
+        _main_once(args, click_args)
+    except SystemExit as done:
+        raise _stopped_status(done) from None
+
+
+def _main_once(args: List[str], click_args: Optional[List[str]]) -> None:
     _fast(args)
     import click
 

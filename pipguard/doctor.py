@@ -136,6 +136,59 @@ def vm_checks(probe) -> List[Check]:
     return out
 
 
+#: how a limit is enforced, said for a person (limits.AppliedLimit ``by`` / ``scope``)
+_LIMIT_WORDS = {("cgroup2", "run"): "the run's cgroup (all its processes together)",
+                ("cgroup1", "run"): "the run's cgroup v1 (all its processes together)",
+                ("rlimit", "process"): "an rlimit, per process",
+                ("rlimit", "file"): "an rlimit, per file",
+                ("supervisor", "run"): "the supervisor counting forks"}
+#: the rlimit or count each limit falls back to without a delegated cgroup
+_FALLBACK = {"memory": "RLIMIT_AS", "cpu": "RLIMIT_CPU", "processes": "the supervisor's fork count"}
+
+
+def limits_check() -> Check:
+    """The resource limits as a run here would apply them: a run cgroup is made and removed
+    (as a run does), and each limit says what enforces it. Without a cgroup of its own
+    (an ordinary user, no delegated subtree) memory and CPU fall back to rlimits, per
+    process (a build of 8 compilers may use 8 times the memory), and processes to the
+    supervisor's fork count: "degraded", said here rather than found in a report. Not part
+    of the default isolation (it confines nothing)."""
+    from pipguard import limits
+
+    try:
+        prepared = limits.prepare(limits.default_memory(), 2048, 14400.0, 16 << 30)
+    except OSError as exc:
+        return Check("limits", "missing", f"could not prepare a run's limits: {exc}", "resource limits")
+    if prepared.cgroup is not None:
+        prepared.cgroup.remove()
+    applied = prepared.applied
+    fallen = sorted(name for name, fallback in _FALLBACK.items()
+                    if name in applied and applied[name].by not in ("cgroup2", "cgroup1"))
+    how = "; ".join(f"{name}: {_LIMIT_WORDS.get((a.by, a.scope), a.by)}" for name, a in sorted(applied.items()))
+    if not fallen:
+        return Check("limits", "ok", how, "resource limits (--limit-*)")
+    why = "; ".join(f"{k}: {v}" for k, v in sorted(prepared.unavailable.items())) or "no cgroup controller delegated"
+    falls = ", ".join(f"{name} to {_FALLBACK[name]}" for name in fallen)
+    return Check("limits", "degraded", f"no cgroup of its own ({why}): {falls}. {how}",
+                 "resource limits (--limit-*)")
+
+
+def stale_grants_check(restored: Sequence[Any], leasing: bool) -> Check:
+    """What :func:`pipguard.sandbox_user.replay_stale` undid just now (the grants of runs
+    whose pipguard was killed: ACL entries naming a sandbox uid, files and processes it
+    left). ``leasing``: runs here lease sandbox uids (root); unprivileged, there is none to
+    undo."""
+    if not leasing:
+        return Check("stale_grants", "ok", "unprivileged: runs lease no sandbox uid and grant nothing "
+                     "(root's pipguard replays what its killed runs left)", "clean-up after a killed run")
+    if not restored:
+        return Check("stale_grants", "ok", "none: no run killed mid-way left grants", "clean-up after a killed run")
+    said = "; ".join(f"uid {r.uid}: " + (f"rwx on {', '.join(r.writable)} and " if r.writable else "")
+                     + f"{len(r.paths) - len(r.writable)} more paths (their files, ancestors, its run dir)"
+                     for r in restored)
+    return Check("stale_grants", "ok", f"restored what killed runs left: {said}", "clean-up after a killed run")
+
+
 def _sandbox_user_check(euid: int) -> Check:
     why = guards("user")
     if euid != 0:

@@ -11,7 +11,7 @@ REFUSED = 1
 ERROR = 2
 #: ``run``: the command exceeded ``--timeout`` (as timeout(1) does).
 TIMEOUT = 124
-#: Stopped by SIGINT/SIGTERM to pipguard (the report is still written).
+#: Stopped by SIGINT to pipguard (the report is still written); SIGTERM: 128+15 = 143 (cli).
 INTERRUPTED = 130
 #: ``run``: the command could not be started (as a shell does).
 NOT_EXECUTABLE = 126

@@ -93,8 +93,7 @@ class Handlers:
                  lifetime: Lifetime, catch_up: Callable[[], None]) -> None:
         self.settings = plan.settings
         self.evidence = collector.evidence
-        self.add_event = collector.add_event
-        self.add_network = collector.add_network
+        self._collector = collector
         self._dns = collector.dns  # address -> host name, from lookups seen in the run
         self._lifetime = lifetime
         self.command_pid = lifetime.command_pid
@@ -124,6 +123,20 @@ class Handlers:
         self._proxy_port = plan.proxy_port
         self.proxy_clients: Dict[int, int] = {}  # our local port -> sandbox pid
 
+    # A notification names the thread that made the call (the kernel's tid): a resolver or
+    # worker thread's attempt is the process's, recorded under its pid (its tgid), or the
+    # report showed a pid no process record names.
+    def _process_of(self, tid: int) -> int:
+        return tid if tid in self.evidence.processes else _tgid(tid)
+
+    def add_event(self, kind: str, action: str, layer: str, pid: int, *rest, **kw) -> None:
+        self._collector.add_event(kind, action, layer, self._process_of(pid), *rest, **kw)
+
+    def add_network(self, family: str, protocol: str, address: str, port: Optional[int],
+                    host: Optional[str], action: str, pid: int, layer: str) -> None:
+        self._collector.add_network(family, protocol, address, port, host, action,
+                                    self._process_of(pid), layer)
+
     def handler(self, name: str) -> Optional[Callable[[notify.Notification], int]]:
         """The handler of the notified syscall ``name``; None: the filter
         denies it (answer with :meth:`denied`)."""
@@ -145,23 +158,24 @@ class Handlers:
     def _record_exec(self, note: notify.Notification, path: str, argv_addr: int) -> None:
         argv = tuple(self.memory.string_array(note.pid, argv_addr)) or (path,)
         self.memory.forget(note.pid)
-        ppid, _comm = notify.proc_stat(note.pid)
-        if note.pid == self.command_pid and not self._root_exec_seen:
+        pid = self._process_of(note.pid)  # a thread's exec: the process takes its pid's place
+        ppid, _comm = notify.proc_stat(pid)
+        if pid == self.command_pid and not self._root_exec_seen:
             self._root_exec_seen = True  # the launcher's own exec of the command
-            record = self.evidence.processes.get(note.pid)
-            self.evidence.processes[note.pid] = ProcessRecord(note.pid, record.ppid if record else ppid, argv)
+            record = self.evidence.processes.get(pid)
+            self.evidence.processes[pid] = ProcessRecord(pid, record.ppid if record else ppid, argv)
             return
         # One record per pid: a re-exec (shell `exec`, pyenv shims) updates the
         # argv; every exec is still an event of its own.
-        if note.pid not in self.evidence.processes:
-            self.evidence.process_order.append(note.pid)
+        if pid not in self.evidence.processes:
+            self.evidence.process_order.append(pid)
         else:
-            ppid = self.evidence.processes[note.pid].ppid or ppid
+            ppid = self.evidence.processes[pid].ppid or ppid
         if len(self.evidence.processes) > self.settings.max_events:
             self.evidence.dropped += 1
             return
-        self.evidence.processes[note.pid] = ProcessRecord(note.pid, ppid, argv)
-        self.add_event("process", ALLOWED, "supervisor", note.pid, " ".join(argv)[:1000], "exec",
+        self.evidence.processes[pid] = ProcessRecord(pid, ppid, argv)
+        self.add_event("process", ALLOWED, "supervisor", pid, " ".join(argv)[:1000], "exec",
                        {"argv": list(argv[:64]), "path": path, "ppid": ppid})
 
     def on_execve(self, note: notify.Notification) -> int:
@@ -175,7 +189,7 @@ class Handlers:
         return 0
 
     def on_exit_group(self, note: notify.Notification) -> int:
-        record = self.evidence.processes.get(note.pid)
+        record = self.evidence.processes.get(self._process_of(note.pid))
         if record is not None:
             self.evidence.processes[note.pid] = ProcessRecord(
                 record.pid, record.ppid, record.argv, note.args[0] & 0xFF)
@@ -285,7 +299,8 @@ class Handlers:
             rule = "nscd-probe"
         self.add_event("network", BLOCKED, "seccomp", note.pid, target, rule,
                        {"syscall": "socket", "family": fam, "type": proto})
-        self.add_network(fam, proto, "", None, None, BLOCKED, note.pid, "seccomp")
+        if rule not in rules.INFO_RULES:  # an informational refusal is an event only (one answer)
+            self.add_network(fam, proto, "", None, None, BLOCKED, note.pid, "seccomp")
         return self.deny_errno.get("socket", errno.EPERM)
 
     def on_socketpair(self, note: notify.Notification) -> int:
@@ -335,7 +350,8 @@ class Handlers:
         if op == "bind" and not allowed and address in ("127.0.0.1", "::1", "0.0.0.0", "::"):
             rule = "loopback-bind"  # e.g. urllib3's IPv6 probe: informational
         self.add_event("network", action, "supervisor", note.pid, target, rule, detail)
-        self.add_network(family, protocol, address, port, None, action, note.pid, "supervisor")
+        if rule not in rules.INFO_RULES:  # the report's network table would call it "blocked"
+            self.add_network(family, protocol, address, port, None, action, note.pid, "supervisor")
         return 0 if allowed else errno.EACCES
 
     def _connect_on_behalf(self, note: notify.Notification, fd: int, target: str, detail: dict) -> int:

@@ -147,6 +147,8 @@ class Installer:
         #: package -> its blocked attempts an approval accepted, with the approval
         self.accepted: Dict[str, List[Tuple[Event, Approval]]] = {}
         self.refusals: List[Refusal] = []
+        #: (implementation, (major, minor)) of what ran pip, once it exited (None: not a Python)
+        self.interpreter: Optional[Tuple[str, Tuple[int, int]]] = None
         self.error: Optional[str] = None     # why pipguard could not go on: exit 2
         self.gate_answered = False
         #: prepared .dist-info directory -> its metadata, as pip read it (hookcall.prepared_metadata)
@@ -197,6 +199,7 @@ class Installer:
                                         "refuse": self._on_refuse, "source": self._on_source},
                              idle=on_idle)
             returncode = proc.wait()
+            self.interpreter = pip.interpreter()
         except KeyboardInterrupt:
             _stop(proc)
             return self._result("interrupted", "interrupted; pip was stopped (nothing is installed "
@@ -241,6 +244,14 @@ class Installer:
                         pass
 
     def _finish(self, returncode: int) -> InstallResult:
+        from pipguard.seam import SUPPORTED
+
+        implementation, oldest = SUPPORTED
+        if self.interpreter is None or self.interpreter[0] != implementation or self.interpreter[1] < oldest:
+            # whatever its exit status: pip never ran (an exit 0 from /bin/true is no install)
+            said = (f"it is {self.interpreter[0]} {'.'.join(map(str, self.interpreter[1]))}"
+                    if self.interpreter else f"it never ran pipguard's pip, exit {returncode}")
+            return self._result("error", f"--python {self.python}: not a CPython >= 3.9 with pip: {said}")
         if self.refusals:
             names = ", ".join(dict.fromkeys(r.who for r in self.refusals))
             return self._result("refused", f"{names} refused the install (below: what was seen, "
@@ -259,7 +270,7 @@ class Installer:
             return self._result("clean", "observed clean; nothing installed")
         if not self.gated:
             return self._result("installed", "pip installed nothing (requirements already satisfied, or --dry-run)")
-        return self._result("installed", "installed")
+        return self._result("installed", f"{len(self.gated)} package(s) gated, then installed by pip")
 
     def _result(self, status: str, message: str) -> InstallResult:
         from pipguard.install_result import InstallResult, PackageResult
@@ -408,7 +419,9 @@ class Installer:
             return {"exit": status or 1, "message": f"pipguard: refused: {why} — the install is "
                     "refused; see pipguard's summary below"}
         note = f", {len(phase.accepted)} attempt(s) accepted by approval" if phase.accepted else ""
-        self.progress(f"{who}: {call.hook} ok ({result.report.duration:.1f} s{note})")
+        # the backend's own failure is pip's to report, but never "ok"
+        outcome = ("timed out" if result.report.timed_out else f"failed (exit {status})") if status else "ok"
+        self.progress(f"{who}: {call.hook} {outcome} ({result.report.duration:.1f} s{note})")
         message = None
         if result.report.timed_out:
             message = f"pipguard: {call.hook} of {who} exceeded --build-timeout"
@@ -733,6 +746,11 @@ def _warm_up(isolation: str) -> None:
     """Import what the first hook call and the gate need, and probe the host's
     planning facts, while pip starts: off the critical path of the first call.
     Synchronous (no thread): the sandboxes fork from this process."""
+    from pipguard import sandbox_user
+
+    # a killed run's grants, undone while pip starts (every run does it too; this is an
+    # install that may run no hook call at all)
+    sandbox_user.replay_stale()
     import packaging.requirements  # noqa: F401 (a hook call's answer is checked with it: ~20 ms)
     import packaging.utils  # noqa: F401
 

@@ -541,10 +541,12 @@ def _new_run_dir(decoys: bool) -> Tuple[str, Optional[str]]:
     """Make a run's private directory: (path, the token of the decoys planted
     in its HOME, or None where none were). Private to this uid (the sandbox
     runs as the same uid): no other local user can reach the event FIFO and
-    forge evidence."""
-    run_dir = tempfile.mkdtemp(prefix="pipguard-")
+    forge evidence. Owned by this process's lock (:mod:`pipguard.tempdirs`): if
+    pipguard is killed, a later one removes it."""
+    from pipguard import tempdirs
+
+    run_dir = tempdirs.make("pipguard-")
     try:
-        os.chmod(run_dir, 0o700)
         tmp_dir, home_dir, fifo = _run_dir_parts(run_dir)
         os.mkdir(tmp_dir, 0o700)
         os.mkdir(home_dir, 0o700)
@@ -625,9 +627,11 @@ def _take_run_dir(decoys: bool) -> Tuple[str, Optional[str]]:
 
 
 def _remove(path: str) -> None:
+    from pipguard import tempdirs
     from pipguard.files import remove_tree
 
     remove_tree(path)
+    tempdirs.release(path)
 
 
 def defer(action: Callable[[], None]) -> None:
@@ -658,8 +662,15 @@ def defer_kernel_wait(action: Callable[[], None]) -> None:
 
 
 def cleanup(plan: Plan) -> None:
-    """Remove the run's private directory (see :func:`defer`)."""
-    defer(lambda: _remove(plan.run_dir))
+    """Remove the run's private directory (see :func:`defer`), and, once per process, the
+    directories of runs whose pipguard was killed (:func:`pipguard.tempdirs.sweep`)."""
+    from pipguard import tempdirs
+
+    def clean_up() -> None:
+        _remove(plan.run_dir)
+        tempdirs.sweep()  # the first time only
+
+    defer(clean_up)
 
 
 @contextlib.contextmanager

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Tuple
 
@@ -51,14 +52,49 @@ class HostPort:
             host, port_text = text.split(":")
         port = None
         if port_text is not None:
-            if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            if not port_text.isdigit() or not port_text.isascii() or not 0 < int(port_text) < 65536:
                 raise UsageError(f"{option} {text!r}: port must be 1-65535")
             port = int(port_text)
-        return cls(host=host, port=port)
+        return cls(host=_host_name(host, text, option, bracketed=text.startswith("[")), port=port)
 
     def __str__(self) -> str:
         shown = f"[{self.host}]" if ":" in self.host else self.host
         return shown if self.port is None else f"{shown}:{self.port}"
+
+
+#: one label of a DNS name as a host may carry it (RFC 1123: letters, digits, inner hyphens;
+#: and the underscore, which resolvers take and some internal hosts have)
+_LABEL = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)\Z")
+
+
+def _host_name(host: str, text: str, option: str, *, bracketed: bool) -> str:
+    """``host`` if it is an IP address (IPv6 only in brackets, or bare without a port) or a
+    DNS name (``xn--`` IDNA for a non-ASCII one); a UsageError otherwise: ``a b``,
+    ``socket(inet6, dgram)``, ``a..b``, ``-x`` name no host and would never match one."""
+    import ipaddress
+
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    if address is not None:
+        if bracketed and address.version != 6:
+            raise UsageError(f"{option} {text!r}: only an IPv6 address goes in brackets")
+        return host
+    bad = UsageError(f"{option} {text!r}: not HOST[:PORT] (a DNS name or an IP address, "
+                     "[IPv6]:PORT with a port)", hint="e.g. pypi.org, files.pythonhosted.org:443, 10.0.0.5:8080, [::1]:3128")
+    if bracketed:
+        raise bad
+    try:
+        ascii_name = host.encode("idna").decode("ascii") if not host.isascii() else host
+    except UnicodeError:
+        raise bad from None
+    labels = ascii_name[:-1].split(".") if ascii_name.endswith(".") else ascii_name.split(".")
+    if len(ascii_name) > 253 or not all(_LABEL.match(label) for label in labels):
+        raise bad
+    if labels[-1].isdigit():  # 1.2.3 or 999.1.1.1: an address that is none, not a name
+        raise bad
+    return ascii_name
 
 
 def _absolute_existing(paths: Tuple[str, ...], flag: str) -> Tuple[str, ...]:

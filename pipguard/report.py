@@ -239,7 +239,33 @@ def _plain(obj: Any) -> Any:
 
 
 def dumps(data: Dict[str, Any]) -> str:
-    return json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"
+    return json.dumps(unicode_data(data), indent=2, sort_keys=False, default=str) + "\n"
+
+
+def unicode_data(value: Any) -> Any:
+    """``value`` with every string made of Unicode characters only: a path or argument
+    that is not UTF-8 reaches Python as lone surrogates (``surrogateescape``), which a
+    strict JSON reader refuses (and ``\\udcff`` names no character); each such byte is
+    written as its ``\\xff`` escape instead, visibly. Lists and dicts are walked; an
+    all-Unicode value is returned as it is."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+            return value
+        except UnicodeEncodeError:
+            return _escaped_bytes(value)
+    if isinstance(value, dict):
+        return {unicode_data(k): unicode_data(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [unicode_data(v) for v in value]
+    return value
+
+
+def _escaped_bytes(text: str) -> str:
+    try:  # the bytes the text came from: the undecodable ones escaped as \xNN
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate no byte decodes to: its code point, escaped
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def check_writable(path: str) -> str:

@@ -72,6 +72,9 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
     the evidence survives; :func:`run_sandboxed` re-raises).
     """
     policy = policy or Policy()
+    # grants of runs whose pipguard was killed: undone before anything, whichever backend
+    # this run takes (once per process; root only)
+    sandbox_user.replay_stale()
     if policy.isolation == "vm":  # a backend of its own until the launcher carries backends
         from pipguard.backends import vm
 

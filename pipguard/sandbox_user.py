@@ -584,6 +584,77 @@ def lease(candidates: Iterable[int] = UIDS) -> Lease:
                            hint="run pipguard as an unprivileged user, or in a user namespace that maps that range")
 
 
+@dataclass(frozen=True)
+class Restored:
+    """What :func:`replay_stale` undid of one killed run: its uid, the trees it had made
+    writable for the sandbox (the project, the build dir), and every path of its grants
+    (those trees' files, the ancestors it could traverse, its run dir)."""
+
+    uid: int
+    writable: Tuple[str, ...]
+    paths: Tuple[str, ...]
+
+
+#: replay_stale ran in this process (a killed run's journal predates this process)
+_replayed = False
+
+
+def replay_stale(*, again: bool = False) -> List[Restored]:
+    """Undo the journal of every lease whose pipguard was killed (its lock is free, its
+    journal not empty): the ACL entries it granted, the files its uid left, its processes.
+    The next lease of that same uid did this, but only under a backend that leases (root,
+    ``--isolation os|audit``): a default (ns) run or ``doctor`` left the grants, rwx on the
+    project, x on ``/root``, in place for good. Now every run (any backend, once per
+    process: ``again`` for ``doctor``, which asks each time) replays them first. A live
+    run's lease is locked and left alone. Root only (the leases are root's); never raises
+    for one lease (the next is tried)."""
+    global _replayed
+    if _replayed and not again:
+        return []
+    _replayed = True
+    if not needed():
+        return []
+    restored: List[Restored] = []
+    for state in STATE_DIRS:
+        try:
+            st = os.lstat(state)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o077:
+                continue  # not a state dir of ours: lease() says so when a run needs it
+            names = os.listdir(state)
+        except OSError:
+            continue
+        for name in sorted(names):
+            number = name[len("uid-"):] if name.startswith("uid-") else ""
+            if number.isdigit() and int(number) in UIDS:
+                done = _replay_one(os.path.join(state, name), int(number))
+                if done is not None:
+                    restored.append(done)
+    return restored
+
+
+def _replay_one(path: str, uid: int) -> Optional[Restored]:
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return None  # a live run holds it
+        stale = _journal(fd)
+        if not stale:
+            return None
+        undo(SandboxUser(uid, uid), stale)
+        os.ftruncate(fd, 0)
+        return Restored(uid, tuple(dict.fromkeys(str(e["path"]) for e in stale if e.get("op") == "own")),
+                        tuple(dict.fromkeys(str(e["path"]) for e in stale if "path" in e)))
+    except (OSError, KeyError, TypeError, ValueError, SandboxUserError):
+        return None  # a journal it cannot undo now is left for the next pipguard
+    finally:
+        os.close(fd)
+
+
 def hook_config(text: str, user: SandboxUser) -> str:
     """The audit hook's configuration with the sandbox user added: the hook
     then reports reads the kernel refuses that user (root-only files)."""

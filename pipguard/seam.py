@@ -35,6 +35,10 @@ from pipguard.render.safe import printable
 #: ``__main__.py`` imports it (its cached bytecode: a script would be compiled every start)
 TARGET_ENTRY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_seam")
 SEAM_VARIABLE = "PIPGUARD_SEAM"
+#: the target's descriptor for its first words (:func:`pipguard._seam.target.say_hello`)
+HELLO_VARIABLE = "PIPGUARD_SEAM_HELLO"
+#: what pipguard runs pip under (``--python``): the target's own checks say the same
+SUPPORTED = ("cpython", (3, 9))
 #: a request larger than this is not from our client
 MAX_REQUEST = 16 * 1024 * 1024
 
@@ -83,13 +87,41 @@ class PipProcess:
                              "index)", hint="drop --isolated, or give the credentials in a netrc or "
                              "keyring instead of the URL")
         self.python = python
+        self._said: Optional[Tuple[str, Tuple[int, int]]] = None
         self.server = SeamServer()
+        # who answers: the target's first words (target.say_hello); nothing from a program
+        # that is not a Python running pipguard's seam
+        self._hello_read, hello_write = os.pipe()
         try:
             self.proc = subprocess.Popen([python, TARGET_ENTRY, "pip", "install", *moved],
-                                         env={**moved_env, SEAM_VARIABLE: self.server.env_value}, stdout=stdout)
+                                         env={**moved_env, SEAM_VARIABLE: self.server.env_value,
+                                              HELLO_VARIABLE: str(hello_write)},
+                                         stdout=stdout, pass_fds=(hello_write,))
         except BaseException:
             self.server.close()
+            os.close(self._hello_read)
             raise
+        finally:
+            os.close(hello_write)
+
+    def interpreter(self) -> Optional[Tuple[str, Tuple[int, int]]]:
+        """(implementation, (major, minor)) of the interpreter that ran pip, once pip has
+        exited; None when it never ran pipguard's seam (not a Python: ``/bin/true``)."""
+        if self._hello_read < 0:
+            return self._said
+        try:
+            os.set_blocking(self._hello_read, False)
+            words = os.read(self._hello_read, 200).decode("ascii", "replace").split()
+        except OSError:  # nothing written (EAGAIN: something still holds the pipe)
+            words = []
+        finally:
+            os.close(self._hello_read)
+            self._hello_read = -1
+        self._said = None
+        if len(words) == 2 and words[1].count(".") == 1 and words[1].replace(".", "").isdigit():
+            major, minor = words[1].split(".")
+            self._said = (words[0], (int(major), int(minor)))
+        return self._said
 
     def abandon(self) -> None:
         """End pip (pipguard will not serve it) and the server. Idempotent."""
@@ -97,6 +129,9 @@ class PipProcess:
             self.proc.kill()
         self.proc.wait()
         self.server.close()
+        if self._hello_read >= 0:
+            os.close(self._hello_read)
+            self._hello_read = -1
 
 
 #: seconds without a request after which :meth:`SeamServer.serve` does a step of idle work
@@ -108,8 +143,10 @@ class SeamServer:
     pip process ends. Single-threaded: sandboxes fork from this thread."""
 
     def __init__(self) -> None:
-        self.directory = tempfile.mkdtemp(prefix="pipguard-seam-", dir=_socket_parent())
-        os.chmod(self.directory, 0o700)
+        from pipguard import tempdirs
+
+        # owned by this process's lock: if pipguard is killed, a later one removes it
+        self.directory = tempdirs.make("pipguard-seam-", _socket_parent())
         self.path = os.path.join(self.directory, "seam.sock")
         # os.urandom is what secrets.token_hex reads; the secrets module would
         # import hmac and OpenSSL (~15 ms) before pip can start
@@ -186,8 +223,12 @@ class SeamServer:
 
     def close(self) -> None:
         """Stop listening and remove the socket's directory. Idempotent."""
+        from pipguard import tempdirs
+
         self._listener.close()
         shutil.rmtree(self.directory, ignore_errors=True)
+        tempdirs.release(self.directory)
+        tempdirs.sweep(os.path.dirname(self.directory))  # seams and runs of killed pipguards
 
 
 #: sun_path holds 108 bytes with its NUL; the directory's random part and "/seam.sock" follow

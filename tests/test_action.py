@@ -240,7 +240,8 @@ def test_action_structure():
         assert called.group(1) in action_script.STEPS
     assert [s.get("id") for s in steps[:2]] == ["setup", "run"]
     (upload,) = [s for s in steps if "uses" in s]
-    assert upload["uses"].startswith("github/codeql-action/upload-sarif@v")
+    # pinned by a full commit SHA: a tag (v3) can be moved to other code (issue 30)
+    assert re.fullmatch(r"github/codeql-action/upload-sarif@[0-9a-f]{40}", upload["uses"]), upload["uses"]
     assert upload["with"]["sarif_file"] == "${{ steps.run.outputs.sarif }}"
     assert "inputs.sarif == 'true'" in upload["if"] and "always()" in upload["if"]
     # the gate comes last, after the upload: a refused install still reaches code scanning
@@ -404,6 +405,26 @@ def test_refused_install_fails_the_job_after_the_upload(refused_run, home_module
     # the job summary is the summary file the step names, and the log shows it too
     assert Path(run.outputs["summary"]).read_text() == summary
     assert "::group::pipguard summary" in run.stdout
+    # every output the run step sets is one the action declares (``summary`` was not: a
+    # workflow's ``steps.pipguard.outputs.summary`` was empty)
+    assert set(run.outputs) - {"python", "target-python"} <= set(load_action()["outputs"]), run.outputs
+    assert out["summary"] == run.outputs["summary"]
+
+
+def test_refused_summary_shows_the_sdists_sha256_and_how_to_approve(refused_run):
+    """A package refused in its build has no wheel: its row showed sha256 ``—``; it shows
+    the sdist's (what an approval is pinned to), and "what to do next" says how to approve."""
+    out = refused_run.outputs()
+    report = json.loads(Path(out["report"]).read_text())
+    (refusal,) = [r for r in report["refusals"] if r["package"] == "steal-at-build"]
+    digest = refusal["origin"]["sha256"]
+    assert re.fullmatch(r"[0-9a-f]{64}", digest), refusal
+    summary = refused_run.summary.read_text()
+    (row,) = [line for line in summary.splitlines() if line.startswith("| `steal-at-build`")]
+    assert row.rstrip().endswith(f"| `{digest[:12]}` |"), row
+    assert "| — |" not in row
+    steps = summary.split("#### What to do next", 1)[1]
+    assert "pipguard approve --from-report" in steps and "`steal-at-build`" in steps, steps
 
 
 def test_refused_install_still_uploads_its_sarif(refused_run):
@@ -422,6 +443,7 @@ def run_gate(fail_on: str, exit_code: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("fail_on, exit_code, fails", [
     ("refused", "0", False), ("refused", "1", True), ("refused", "2", True), ("refused", "130", True),
+    ("refused", "143", True), ("error", "143", True),
     ("error", "0", False), ("error", "1", False), ("error", "2", True), ("error", "", True),
     ("never", "1", False), ("never", "2", False),
 ])

@@ -39,6 +39,13 @@ def work(tmp_path):
     (["run", "--isolation", "paranoid", "--", "touch", "ran"], "paranoid"),
     (["run", "--allow-network", "--allow-host", "pypi.org", "--", "touch", "ran"], "contradict"),
     (["run", "--allow-host", "pypi.org:99999", "--", "touch", "ran"], "port"),
+    # what names no host would never match one: refused, not accepted as a rule that never applies
+    (["run", "--allow-host", "a b", "--", "touch", "ran"], "not HOST[:PORT]"),
+    (["run", "--allow-host", "socket(inet6, dgram)", "--", "touch", "ran"], "not HOST[:PORT]"),
+    (["run", "--allow-host", "a..b:443", "--", "touch", "ran"], "not HOST[:PORT]"),
+    (["run", "--allow-host", "-x.example", "--", "touch", "ran"], "not HOST[:PORT]"),
+    (["run", "--allow-host", "1.2.3", "--", "touch", "ran"], "not HOST[:PORT]"),
+    (["run", "--allow-host", "[10.0.0.1]:80", "--", "touch", "ran"], "IPv6"),
     (["install", "--sandbox"], "nothing to install"),
     # checked while pip starts (pipguard starts pip first): pip is ended, nothing installed
     (["install", "--sandbox", "--allow-read", "/nonexistent-pipguard", "six"], "no such file"),
@@ -46,6 +53,11 @@ def work(tmp_path):
     (["install", "--sandbox", "--report", "/nonexistent-dir/r.json", "six"], "does not exist"),
     (["install", "--sandbox", "--allow-build-host", "pypi.org:99999", "six"], "--allow-build-host 'pypi.org:99999': port"),
     (["install", "--sandbox", "--python", "/nonexistent-python", "six"], "not an executable"),
+    (["install", "--sandbox", "--allow-build-host", "a b", "six"], "--allow-build-host 'a b': not HOST"),
+    # pipguard's own options misspelt: pipguard's "did you mean", not pip's usage
+    (["install", "--sandbx", "six"], "did you mean --sandbox"),
+    (["install", "--sandbox", "--isolaton", "os", "six"], "did you mean --isolation"),
+    (["sandbox", "--probe-import", "six"], "did you mean --probe-imports"),
     (["frobnicate"], "frobnicate"),
 ])
 def test_bad_input_is_one_line_exit_2(work, args, words):
@@ -58,6 +70,42 @@ def test_bad_input_is_one_line_exit_2(work, args, words):
     assert words.lower() in lines[0].lower()
     assert not (work / "ran").exists(), "nothing may run on bad input"
     assert not list(work.glob("*.json"))
+
+
+@pytest.mark.parametrize("program", ["/bin/true", "/bin/echo", "/bin/false"])
+def test_python_that_is_no_python_is_an_error(work, program):
+    """``--python`` naming a program that is not a Python: pip never ran, whatever that
+    program's exit status (``/bin/true`` exited 0 and pipguard said INSTALLED)."""
+    r = cli("install", "--python", program, "six", cwd=work)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "not a CPython >= 3.9 with pip" in r.stderr and "INSTALLED" not in r.stderr
+
+
+@pytest.mark.parametrize("host", ["pypi.org", "pypi.org:443", "[::1]:3128", "::1", "10.0.0.5:8080",
+                                  "files.pythonhosted.org.", "b\u00fccher.example", "in_ternal.example"])
+def test_allow_host_takes_host_and_port(host):
+    from pipguard.policy import HostPort
+
+    parsed = HostPort.parse(host)
+    assert str(parsed).isascii() and " " not in str(parsed)
+
+
+def test_pipguards_table_of_pip_options_has_every_option_of_this_pip():
+    """The table the "did you mean" check reads (it cannot import pip's parser while pip
+    starts: that took longer than pip's own start, and pip's usage came first)."""
+    from pip._internal.commands import create_command
+
+    from pipguard import cli as pgcli
+
+    assert set(create_command("install").parser._long_opt) <= pgcli.PIP_INSTALL_OPTIONS
+
+
+def test_pip_options_near_pipguards_stay_pips(work):
+    """``--isolated`` (pip's, close to pipguard's ``--isolation``) and an abbreviation of it
+    are pip's to read: no "did you mean"."""
+    for option in ("--isolated", "--isol"):
+        r = cli("install", option, "--dry-run", "--no-index", "--find-links", str(work), "six", cwd=work)
+        assert "did you mean" not in r.stderr, r.stderr
 
 
 def test_an_option_that_fails_after_pip_started_ends_that_pip(work):
@@ -131,12 +179,42 @@ def test_exit_status_passthrough(work):
 
 
 def test_stdio_passes_through_and_json_on_stdout(work):
+    """With the report on stdout, stdout is the report's alone: the command's output goes
+    to stderr (as pip's does under install), so the report parses."""
     r = cli("run", "--format", "json", "--", "sh", "-c", "echo out; echo err >&2", cwd=work)
     assert r.returncode == 0
-    assert r.stdout.startswith("out\n")
-    report = json.loads(r.stdout[len("out\n"):])
+    report = json.loads(r.stdout)
     assert report["schema"] == "pipguard.report/1" and report["verdict"] == "clean"
-    assert "err" in r.stderr
+    assert "out\n" in r.stderr and "err\n" in r.stderr
+
+
+@pytest.mark.parametrize("fmt", ["json", "sarif"])
+def test_report_on_stdout_is_utf8_json_for_any_argument(work, fmt):
+    """A command line that is not UTF-8 (and a command writing such bytes): stdout is the
+    report, valid UTF-8 JSON with no lone surrogate; the byte is shown as its escape."""
+    proc = subprocess.run([PY, "-m", "pipguard", "run", "--format", fmt, "--", "sh", "-c",
+                           'printf "%s\\n" "$1"', "sh", b"caf\xff"], cwd=work, capture_output=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout.decode("utf-8")  # strict
+    data = json.loads(text)
+    assert "\\ud" not in text and "caf\\\\xff" in text
+    assert b"caf\xff\n" in proc.stderr
+    assert data
+
+
+def test_report_file_gets_the_chosen_format(work):
+    """README's ``pipguard run --report r.sarif --format sarif -- make``: SARIF in the file,
+    the command's stdout untouched, pipguard's summary on stderr; with the default format
+    (table, for a human) the file gets JSON."""
+    r = cli("run", "--report", "r.sarif", "--format", "sarif", "--", "echo", "made", cwd=work)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "made\n"
+    assert json.loads((work / "r.sarif").read_text())["version"] == "2.1.0"
+    assert "CLEAN" in r.stderr
+    r = cli("run", "--report", "r.json", "--", "echo", "made", cwd=work)
+    assert r.stdout == "made\n"
+    assert json.loads((work / "r.json").read_text())["schema"] == "pipguard.report/1"
 
 
 def test_sarif_output(work, fake_home):
@@ -188,3 +266,41 @@ def test_run_sandboxed_returns_status(work):
 
     assert run_sandboxed(["sh", "-c", "exit 7"], cwd=str(work)) == 7
     assert run_sandboxed(["sleep", "30"], cwd=str(work), timeout=1) == 124
+
+
+def _readme_run_example():
+    """The README's block with ``pipguard run -- sh -c 'cat ~/.ssh/id_rsa …'``: its ``$ `` lines."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    # fenced blocks: the text between a fence line and the next (odd-numbered parts)
+    for block in readme.split("\n```")[1::2]:
+        lines = [line[2:] for line in block.splitlines() if line.startswith("$ ")]
+        if any("pipguard run -- sh -c 'cat ~/.ssh/id_rsa" in line for line in lines):
+            return lines
+    raise AssertionError("README lost its pipguard run example")
+
+
+def test_readmes_run_example_works_from_a_new_shell(fake_home, loopback_tcp):
+    """The README's ``pipguard run`` example, typed into a shell that starts in ``~`` as a new
+    user's does: it was refused there ("refusing to make ~ writable"); the README now says
+    where to run it. Harmless here: ``/root/.aws/credentials`` is read as the fake home's, and
+    the connection goes to a loopback listener (which must get nothing)."""
+    import os
+    from pathlib import Path
+
+    lines = _readme_run_example()
+    script = "set -e\n" + "\n".join(
+        line.replace("/root/.aws/credentials", "~/.aws/credentials")
+            .replace("10.0.0.1/443", f"127.0.0.1/{loopback_tcp.port}")
+        for line in lines)
+    env = fake_home.env({"PATH": f"{Path(PY).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"})
+    r = subprocess.run(["bash", "--noprofile", "--norc", "-c", script], cwd=fake_home.path, env=env,
+                       capture_output=True, text=True, timeout=180)
+    out = r.stdout + r.stderr
+    assert "refusing to make" not in out, out
+    assert r.returncode == 1, out  # the command's status: its connection failed
+    assert "pipguard-decoy" in out or "secret-read" in out, out
+    assert not any(m in out for m in fake_home.markers.values()), out
+    assert "BLOCKED" in out and "10.0.0.1" not in out
+    assert not loopback_tcp.received

@@ -111,6 +111,21 @@ def test_user_lookup_nscd_probe_is_not_a_finding(work, fake_home):
     rules = {e["rule"] for e in r.blocked()}
     assert rules <= {"nscd-probe"}, r.blocked()
     assert r.report["verdict"] == "clean"
+    # one answer: informational, so not also a "blocked" row of the network table
+    assert not [n for n in r.report["network"] if n["family"] == "unix"], r.report["network"]
+
+
+def test_a_threads_attempt_is_its_process(work, fake_home):
+    """A worker or resolver thread's native attempt (the kernel names the thread) is
+    recorded under its process's pid, which the process list names: it showed as a
+    process of its own with no name."""
+    script = work / "thr.py"
+    script.write_text("import ctypes, threading\nlibc = ctypes.CDLL(None)\n"
+                      "t = threading.Thread(target=lambda: libc.socket(2, 2, 0))\nt.start(); t.join()\n")
+    r = run_os([sys.executable, "-S", str(script)], work, fake_home)
+    (event,) = [e for e in r.blocked() if e["rule"] == "socket-denied"]
+    assert event["pid"] in by_pid(r.report), (event, r.report["processes"])
+    assert {n["pid"] for n in r.report["network"]} <= set(by_pid(r.report))
 
 
 # --- files ---------------------------------------------------------------------------------------

@@ -29,6 +29,8 @@ def test_legit_pure_installs(tmp_path, fake_home, route, target):
     (pkg,) = report["packages"]
     assert pkg["name"] == "legit-pure" and pkg["from_sdist"] and pkg["verdict"] == "clean"
     assert report["status"] == "installed" and report["verdict"] == "clean"
+    # the headline says something beyond its status word (it said "INSTALLED — installed")
+    assert "INSTALLED — 1 package(s) gated, then installed by pip" in proc.stderr, proc.stderr[-2000:]
     # one sandbox per hook call pip made, each attributed to the package
     hooks = [p["name"] for p in report["phases"] if p["package"] == "legit-pure"]
     assert "build_wheel" in hooks and "prepare_metadata_for_build_wheel" in hooks, report["phases"]
@@ -191,6 +193,13 @@ def test_failures_leave_environment_unchanged(tmp_path, fake_home, links, target
     assert "Traceback" not in proc.stderr.split("pipguard:")[-1]
     assert listing(target) == before
     assert not (tmp_path / "escaped.txt").exists()
+    # a hook call whose backend failed is never "ok" in pipguard's progress lines
+    said = [line for line in proc.stderr.splitlines() if line.startswith(("pipguard: broken", "pipguard: hangs"))
+            and "(sandboxed)" not in line]
+    if case == "build_error":
+        assert said and all("failed (exit 1)" in line for line in said), said
+    if case == "hang":
+        assert said and all(" ok (" not in line for line in said), said
 
 
 def test_probe_imports_catches_first_import_payload(tmp_path, fake_home, links, target):
@@ -273,7 +282,7 @@ def test_interrupt_during_build_leaves_environment_unchanged(tmp_path, fake_home
             break
     proc.send_signal(sig)
     rest, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 130, seen + rest
+    assert proc.returncode == 128 + sig, seen + rest  # 130 for SIGINT, 143 for SIGTERM
     assert listing(target) == before
     data = json.loads(report.read_text())
     assert data["status"] == "interrupted" and data["verdict"] == "error"

@@ -39,7 +39,7 @@ def _start(work, fake_home, script: str, marker: str, ready: int) -> subprocess.
     return proc
 
 
-@pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 130)])
+@pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 128 + 15)])
 def test_signal_to_pipguard_kills_tree_and_writes_report(tmp_path, fake_home, sig, status):
     work = tmp_path / "work"
     work.mkdir()

@@ -174,3 +174,29 @@ def test_install_phases_carry_usage(tmp_path, fake_home, links, target):
         assert set(phase["limits"]) == {"memory", "processes", "cpu", "write"}
         assert phase["limits"]["memory"]["used"]["value"] > 0, phase
         assert phase["limits"]["cpu"]["used"]["value"] > 0, phase
+
+
+def test_doctor_as_nobody_says_which_limits_fall_back(request):
+    """Unprivileged, without a delegated cgroup, the limits are rlimits per process:
+    ``doctor`` has a limits row that says so (it said "default isolation: complete" and
+    nothing about limits), and a line under the table."""
+    home, work = request.getfixturevalue("nobody_setup")  # skips where nobody cannot run us
+    result = run_as_nobody([sys.executable, "-m", "pipguard", "doctor", "--format", "json"], cwd=work,
+                           env=home.env(), capture_output=True, text=True, timeout=180)
+    data = json.loads(result.stdout)
+    (row,) = [c for c in data["checks"] if c["name"] == "limits"]
+    assert row["status"] == "degraded" and data["limits_degraded"] is True, row
+    assert "memory to RLIMIT_AS" in row["detail"] and "cpu to RLIMIT_CPU" in row["detail"], row
+    # and no claim about grants it cannot see: only root's runs lease uids
+    (stale,) = [c for c in data["checks"] if c["name"] == "stale_grants"]
+    assert stale["detail"].startswith("unprivileged"), stale
+    table = run_as_nobody([sys.executable, "-m", "pipguard", "doctor"], cwd=work, env=home.env(),
+                          capture_output=True, text=True, timeout=180)
+    assert "resource limits: DEGRADED" in table.stdout, table.stdout
+
+
+def test_doctor_has_a_limits_row(work, fake_home):
+    result = subprocess.run([sys.executable, "-m", "pipguard", "doctor", "--format", "json"], cwd=work,
+                            env=fake_home.env(), capture_output=True, text=True, timeout=180)
+    (row,) = [c for c in json.loads(result.stdout)["checks"] if c["name"] == "limits"]
+    assert row["status"] in ("ok", "degraded") and "write: an rlimit, per file" in row["detail"], row

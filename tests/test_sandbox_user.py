@@ -9,6 +9,7 @@ sandbox user cannot reach pipguard's own state, run dir or event FIFO.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -393,20 +394,8 @@ def test_grants_of_a_killed_pipguard_are_undone_by_the_next_lease(tmp_path, fake
     work.mkdir(parents=True)
     os.chmod(Path(base, "deep"), 0o700)
     before = _tree_state(base)
-    proc = subprocess.Popen([PY, "-m", "pipguard", "run", "--isolation", "audit", "--", "/bin/sh", "-c",
-                             "touch started; exec sleep 60"], cwd=work, env=fake_home.env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 30
-        while not (work / "started").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert (work / "started").exists()
-        uid = os.lstat(work / "started").st_uid
-        assert uid in sandbox_user.UIDS
-        assert _named_sandbox_uid(Path(base, "deep"))  # the grant is there while it runs
-    finally:
-        proc.send_signal(signal.SIGKILL)  # pipguard dies without cleaning up
-        proc.wait()
+    uid = _killed_when_started(_sleeping_run(work, "audit", fake_home), work / "started")
+    assert _named_sandbox_uid(Path(base, "deep"))  # the grant stays after the kill
     # the next holder of that uid undoes the journal: kills the sleeper, removes the grants
     held = sandbox_user.lease(candidates=[uid])
     held.release()
@@ -417,6 +406,143 @@ def test_grants_of_a_killed_pipguard_are_undone_by_the_next_lease(tmp_path, fake
         assert after[path] == was, (path, was, after[path])
     assert os.lstat(work / "started").st_uid == os.lstat(work).st_uid
     shutil.rmtree(base, ignore_errors=True)
+
+
+def _sleeping_run(work: Path, isolation: str, fake_home) -> subprocess.Popen:
+    """``pipguard run --isolation ISOLATION`` in ``work`` of a command that touches ``started``
+    and sleeps."""
+    return subprocess.Popen([PY, "-m", "pipguard", "run", "--isolation", isolation, "--", "/bin/sh", "-c",
+                             "touch started; exec sleep 60"], cwd=work, env=fake_home.env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def _killed_when_started(proc: subprocess.Popen, started: Path) -> int:
+    """SIGKILL pipguard (``proc``) once its sandbox made ``started``: the leased uid (the
+    file's owner). What else is in its process group (an orphaned pip) is killed after it."""
+    try:
+        deadline = time.monotonic() + 60
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert started.exists()
+        uid = os.lstat(started).st_uid
+        assert uid in sandbox_user.UIDS
+    finally:
+        proc.send_signal(signal.SIGKILL)  # pipguard dies without cleaning up
+        proc.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    return uid
+
+
+def _killed_os_run(base: str, fake_home) -> int:
+    """``pipguard run --isolation os`` in ``base``/deep/work, killed with SIGKILL while its
+    command runs: the leased uid, whose grants stay."""
+    work = Path(base, "deep", "work")
+    work.mkdir(parents=True)
+    os.chmod(Path(base, "deep"), 0o700)
+    uid = _killed_when_started(_sleeping_run(work, "os", fake_home), work / "started")
+    assert _named_sandbox_uid(Path(base, "deep")) and _named_sandbox_uid(work)
+    return uid
+
+
+@requires("root")
+@requires("landlock", abi=6)
+@requires("seccomp_user_notif")
+@pytest.mark.parametrize("then", ["doctor", "ns-run", "wheels-install"])
+def test_grants_of_a_killed_pipguard_are_undone_by_any_next_pipguard(tmp_path, fake_home, then):
+    """The next lease of the same uid undid a killed run's journal, but only a run that
+    leases (root, --isolation os/audit): a default (ns) run, an install that ran no hook
+    call, or ``doctor`` left rwx on the project and x on its ancestors. Every one of them
+    replays stale journals first now; ``doctor`` says what it restored."""
+    base = tempfile.mkdtemp(prefix="pipguard-test-killed-")
+    try:
+        before = _tree_state(base)
+        uid = _killed_os_run(base, fake_home)
+        other = tmp_path / "other"
+        other.mkdir()
+        if then == "doctor":
+            r = subprocess.run([PY, "-m", "pipguard", "doctor", "--format", "json"], cwd=other,
+                               env=fake_home.env(), capture_output=True, text=True, timeout=180)
+            data = json.loads(r.stdout)
+            (restored,) = [x for x in data["restored"] if x["uid"] == uid]
+            assert str(Path(base, "deep", "work")) in restored["paths"], restored
+            (row,) = [c for c in data["checks"] if c["name"] == "stale_grants"]
+            assert f"uid {uid}" in row["detail"], row
+        elif then == "ns-run":
+            r = subprocess.run([PY, "-m", "pipguard", "run", "--isolation", "ns", "--", "true"], cwd=other,
+                               env=fake_home.env(), capture_output=True, text=True, timeout=180)
+            assert r.returncode == 0, r.stderr
+        else:  # an install that runs no sandbox at all (pip with nothing to do)
+            r = subprocess.run([PY, "-m", "pipguard", "install", "--dry-run", "--no-index", "--find-links",
+                                str(other), "pip"], cwd=other, env=fake_home.env(), capture_output=True,
+                               text=True, timeout=180)
+        assert not sandbox_user.processes_of(uid)
+        assert not _named_sandbox_uid(Path(base, "deep"))
+        after = _tree_state(base)
+        for path, was in before.items():
+            assert after[path] == was, (path, was, after[path])
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _killed_os_build(base: str, fake_home) -> int:
+    """``pipguard install --sandbox --isolation os ./proj`` in ``base``/deep/work, killed with
+    SIGKILL while the project's build backend runs (as the leased uid, in the project: pip
+    builds a local directory in place); the ACL entries naming that uid are asserted to stay.
+    pip, orphaned, is killed with it (its process group)."""
+    project = Path(base, "deep", "work", "proj")
+    project.mkdir(parents=True)
+    os.chmod(Path(base, "deep"), 0o700)
+    (project / "pyproject.toml").write_text('[build-system]\nrequires = []\nbuild-backend = "slowbackend"\n'
+                                            'backend-path = ["."]\n')
+    (project / "slowbackend.py").write_text(textwrap.dedent("""\
+        import time
+        def get_requires_for_build_wheel(config_settings=None):
+            open("started", "w").close()
+            time.sleep(60)
+            return []
+        """))
+    proc = subprocess.Popen([PY, "-m", "pipguard", "install", "--sandbox", "--isolation", "os", "--no-index",
+                             "--target", str(Path(base, "target")), "./proj"], cwd=project.parent,
+                            env=fake_home.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    uid = _killed_when_started(proc, project / "started")
+    # what the kill left: the grants on the project (recursive) and on its 0700 ancestor
+    assert _named_sandbox_uid(Path(base, "deep")) and _named_sandbox_uid(project)
+    assert _named_sandbox_uid(project / "slowbackend.py")
+    return uid
+
+
+@requires("root")
+@requires("landlock", abi=6)
+@requires("seccomp_user_notif")
+@pytest.mark.parametrize("then", ["doctor", "default-run"])
+def test_grants_of_a_pipguard_killed_in_an_os_build_are_undone_by_doctor_or_a_default_run(fake_home, then):
+    """Issue 30: SIGKILL during an ``--isolation os`` build left rwx on the project and x on
+    its ancestors until an ``--isolation os`` run leased that same uid again; ``doctor`` and a
+    default (namespace) run never replayed the journal."""
+    base = tempfile.mkdtemp(prefix="pipguard-test-killed-build-")
+    try:
+        project = Path(base, "deep", "work", "proj")
+        uid = _killed_os_build(base, fake_home)
+        elsewhere = Path(base, "elsewhere")
+        elsewhere.mkdir()
+        if then == "doctor":
+            r = subprocess.run([PY, "-m", "pipguard", "doctor"], cwd=elsewhere, env=fake_home.env(),
+                               capture_output=True, text=True, timeout=180)
+            (row,) = [line for line in r.stdout.splitlines() if line.startswith("stale_grants")]
+            assert f"uid {uid}: rwx on {project}" in row, row
+        else:
+            r = subprocess.run([PY, "-m", "pipguard", "run", "--", "true"], cwd=elsewhere, env=fake_home.env(),
+                               capture_output=True, text=True, timeout=180)
+            assert r.returncode == 0, r.stderr
+        assert not sandbox_user.processes_of(uid)
+        for path in (Path(base, "deep"), project, project / "slowbackend.py", project / "pyproject.toml"):
+            assert not _named_sandbox_uid(path), path
+        # what the build left is given back to the project's owner
+        assert os.lstat(project / "started").st_uid == os.lstat(project).st_uid
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 # --- the ACL codec ------------------------------------------------------------------------------

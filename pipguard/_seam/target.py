@@ -76,6 +76,10 @@ _PASS_FDS, _CWD, _ENV, _P2CREAD, _C2PWRITE, _ERRWRITE = 2, 3, 4, 8, 11, 13
 USE_PEP517 = "--use-pep517"
 #: exit status of ``target.py pip`` when the interpreter has no pip
 NO_PIP = 3
+#: exit status of ``target.py pip`` under an interpreter pipguard does not support
+UNSUPPORTED = 4
+#: the descriptor (number) the top-level ``target.py pip`` writes who it is to, once
+HELLO_VARIABLE = "PIPGUARD_SEAM_HELLO"
 
 
 class SeamError(Exception):
@@ -619,8 +623,31 @@ def _with_pep517(args, cmdoptions):
     return args + [USE_PEP517]
 
 
+def say_hello():
+    """Tell pipguard which interpreter this is (``cpython 3.11``): a program that is not a
+    Python running this file (``--python /bin/true``) says nothing, and pipguard then knows
+    that pip never ran, whatever its exit status. The descriptor is closed after: pip's
+    own subprocesses never get it."""
+    fd = os.environ.pop(HELLO_VARIABLE, "")
+    if not fd.isdigit():
+        return
+    try:
+        os.write(int(fd), f"{sys.implementation.name} {sys.version_info[0]}.{sys.version_info[1]}\n".encode())
+    except OSError:
+        pass
+    finally:
+        try:
+            os.close(int(fd))
+        except OSError:
+            pass
+
+
 def run_pip(args):
     """The top-level pip: as ``python -m pip ARGS``, with the seam."""
+    say_hello()
+    if sys.implementation.name != "cpython" or sys.version_info < (3, 9):
+        sys.stderr.write(f"pipguard: {sys.executable} is not a CPython >= 3.9\n")
+        sys.exit(UNSUPPORTED)
     del sys.path[0]  # this file's directory; ``-m`` would have put the cwd, which pip removes
     try:
         import pip  # noqa: F401

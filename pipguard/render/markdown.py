@@ -232,7 +232,9 @@ class _View:
                 "sdist" if p.get("from_sdist") else "wheel",
                 f"{_ICON.get(verdict, _WARN)} {text(verdict)}",
                 str(len(_list(p.get("findings")))), str(blocked),
-                code(str(p.get("sha256") or "")[:12], 12),
+                # the artifact pip got (an sdist it built, or a wheel): an approval is pinned to
+                # it; a package refused in its build has no wheel of its own
+                code(str(_dict(p.get("origin")).get("sha256") or p.get("sha256") or "")[:12], 12),
             ])
         return (f"#### Packages ({len(self.packages)})\n\n"
                 + _table(["package", "version", "from", "verdict", "gate findings", "blocked", "sha256"], rows)
@@ -311,7 +313,17 @@ class _View:
                 steps.append(f"**Allow a host** only if the build legitimately needs it (a Rust or Go sdist "
                              f"fetching its dependencies): {shown}. Every destination is still recorded.")
         refusing = [f for f in self.findings if f.get("severity") in ("critical", "high")]
-        if refusing:
+        approvable = sorted({str(r.get("package")) for r in map(_dict, _list(self.data.get("refusals")))
+                             if r.get("kind") in ("attempt", "gate") and _dict(r.get("origin")).get("sha256")})
+        if approvable:
+            who = ", ".join(code(a, 60, cell=False) for a in approvable)
+            steps.append(f"**Approve** what {who} did only after reading it (the member a gate finding names, "
+                         "the target of a blocked attempt): with this run's JSON report, "
+                         "`pipguard approve --from-report REPORT.json --write`, then review and commit the "
+                         "policy file it writes (`pipguard.toml`; the action's `policy` input). An approval is "
+                         "pinned to the artifact's sha256 (see the packages table): a changed file needs a new "
+                         "review.")
+        elif refusing:
             steps.append("**Approve** a gate finding only after reading the member it names: an approval is "
                          "pinned to the artifact's sha256 (see the packages table), so a changed file needs "
                          "a new review.")

@@ -19,7 +19,7 @@ from urllib.parse import quote
 
 from pipguard import exitcodes
 from pipguard.render import printable
-from pipguard.report import Event, Report
+from pipguard.report import Event, Report, unicode_data
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 SARIF_VERSION = "2.1.0"
@@ -34,7 +34,7 @@ CWD_BASE = "CWD"
 def render(report: Report, *, color: bool = False) -> str:
     """``color`` is accepted for a uniform signature and ignored."""
     del color
-    return json.dumps(to_sarif(report), indent=2, ensure_ascii=False) + "\n"
+    return json.dumps(unicode_data(to_sarif(report)), indent=2, ensure_ascii=False) + "\n"
 
 
 def to_sarif(report: Report) -> Dict[str, Any]:
