@@ -308,7 +308,31 @@ RUN_LATER: Tuple[Tuple[str, str, str], ...] = (
     (".github", "dir", "CI runs its workflows, with the project's secrets, once they are pushed"),
     ("__pycache__", "dir", "Python imports a cached .pyc instead of its source when the header matches"),
     (".git", "dir", "a repository in a subdirectory: git runs its hooks and configuration there"),
+    # a `gitdir:` file makes the subdirectory a repository whose git directory is elsewhere (in
+    # build/, not looked at): its core.fsmonitor runs at the next `git status` there (VS Code's
+    # scan of nested repositories runs one when the project is opened)
+    (".git", "file", "a gitdir: file makes its directory a repository: git runs that repository's "
+     "configuration there"),
     (".hg", "dir", "a repository in a subdirectory: hg runs its hgrc there"),
+    # git hooks kept in the tree, named by core.hooksPath (husky sets it to .husky/_)
+    (".husky", "dir", "husky's git hooks: git runs them at the next commit (core.hooksPath)"),
+    (".githooks", "dir", "git hooks kept in the project: git runs them at the next commit (core.hooksPath)"),
+    (".pylintrc", "file", "pylint runs its init-hook (Python) and loads its load-plugins, also from "
+     "an editor's linting"),
+    ("pylintrc", "file", "pylint runs its init-hook (Python) and loads its load-plugins"),
+    ("mypy.ini", "file", "mypy imports the plugins it names (a path to a .py file too)"),
+    (".mypy.ini", "file", "mypy imports the plugins it names (a path to a .py file too)"),
+    ("ipython_config.py", "file", "IPython runs it when started in the directory"),
+    ("jupyter_notebook_config.py", "file", "Jupyter runs it when started in the directory"),
+    ("jupyter_server_config.py", "file", "Jupyter runs it when started in the directory"),
+    ("jupyter_lab_config.py", "file", "Jupyter runs it when started in the directory"),
+    (".circleci", "dir", "CI runs its jobs, with the project's secrets, once they are pushed"),
+    (".travis.yml", "file", "CI runs it, with the project's secrets, once it is pushed"),
+    ("azure-pipelines.yml", "file", "CI runs it, with the project's secrets, once it is pushed"),
+    ("bitbucket-pipelines.yml", "file", "CI runs it, with the project's secrets, once it is pushed"),
+    ("Jenkinsfile", "file", "CI runs it, with the project's secrets, once it is pushed"),
+    (".readthedocs.yaml", "file", "Read the Docs runs its build commands, with the project's tokens"),
+    (".readthedocs.yml", "file", "Read the Docs runs its build commands, with the project's tokens"),
 )
 _RUN_LATER_FILES = {name: why for name, kind, why in RUN_LATER if kind == "file"}
 _RUN_LATER_DIRS = {name: why for name, kind, why in RUN_LATER if kind == "dir"}
@@ -336,8 +360,19 @@ COLLECTED_OUTPUTS = ("_skbuild",)   # scikit-build (classic)
 CARGO_OUTPUT = "target"
 #: what pytest loads from any directory it collects, without being asked
 _COLLECTED_NAMES = ("conftest.py",)
-#: entries looked at in a project tree, at most; past it the rest is not checked (reported)
+#: a distribution's metadata directory: importlib.metadata finds one on any import path (an
+#: editable's ``src/`` or project root, the current directory of ``python -m pytest``) and tools
+#: load its entry points without being asked (pytest's ``pytest11`` plugins, at every run). No
+#: backend leaves a ``.dist-info`` in the tree it builds; setuptools writes the project's own
+#: ``.egg-info`` — one named otherwise is another distribution, planted.
+METADATA_SUFFIXES = (".dist-info", ".egg-info")
+_METADATA_WHY = ("importlib.metadata finds another distribution's metadata on an import path: tools load "
+                 "its entry points (pytest11 plugins at every pytest run)")
+#: entries whose files are stat'ed in a project tree, at most; past it only the protected names
+#: are looked for (no stat of the other files: reported as not checked) ...
 MAX_TREE = 100_000
+#: ... and past this many entries nothing more is looked at (reported)
+MAX_WALK = 1_000_000
 #: at most this many created/changed files are listed per hook call (the rest are counted)
 MAX_LISTED = 20
 
@@ -360,6 +395,11 @@ class Tree:
     complete: bool = True
     #: whether the install's first snapshot saw the whole tree (the user's tree was not too big)
     baseline_complete: bool = True
+    #: the project's name as its tree declared it before the first hook call (pyproject.toml's
+    #: ``[project]``, an sdist's PKG-INFO), normalised; None: not declared (a setup.py's)
+    project_name: Optional[str] = None
+    #: whether every directory was looked into for protected names (False past MAX_WALK)
+    walked: bool = True
 
 
 def _stamp(st: os.stat_result) -> Tuple[int, ...]:
@@ -393,24 +433,29 @@ def _output_view(name: str, cargo: bool) -> Optional[int]:
 
 def snapshot_tree(source_dir: str, first: Optional[Tree] = None) -> Tuple[Tuple[Entry, ...], Tree]:
     """The protected entries of a project tree (run-later, start-up and environment files,
-    repositories in subdirectories) and the stat of every other file; ``first``: the install's
-    first snapshot of this tree (None: this is the first), whose paths are the user's files.
-    Links are never followed; the root's ``.git``/``.hg`` are :func:`snapshot`'s."""
+    repositories in subdirectories, metadata of other distributions) and the stat of every other
+    file; ``first``: the install's first snapshot of this tree (None: this is the first), whose
+    paths are the user's files. Links are never followed; the root's ``.git``/``.hg`` are
+    :func:`snapshot`'s. Past :data:`MAX_TREE` entries the other files are no longer stat'ed, but
+    every directory is still looked into for protected names (a big ``node_modules`` or venv in
+    the project must not hide a ``conftest.py`` planted after it), up to :data:`MAX_WALK`."""
     protected: List[Entry] = []
     stamps: Dict[str, Tuple[int, ...]] = {}
     cargo = os.path.isfile(os.path.join(source_dir, "Cargo.toml"))
+    project_name = first.project_name if first is not None else declared_name(source_dir)
     # (directory relative to the root, why its files are protected or "", its view, in a venv:
     # its files are protected)
     stack: List[Tuple[str, str, int, bool]] = [("", "", _WHOLE, False)]
     seen = 0
-    complete = True
+    complete = walked = True
     while stack:
         rel_dir, why_dir, view, env = stack.pop()
         entries = _scandir(os.path.join(source_dir, rel_dir) if rel_dir else source_dir)
         seen += len(entries)
-        if seen > MAX_TREE:
-            complete = False
+        if seen > MAX_WALK:
+            complete = walked = False
             break
+        complete = complete and seen <= MAX_TREE
         env = env or any(e.name == "pyvenv.cfg" for e in entries)
         for item in entries:
             name = item.name
@@ -418,10 +463,9 @@ def snapshot_tree(source_dir: str, first: Optional[Tree] = None) -> Tuple[Tuple[
                 continue  # snapshot()'s (its hooks and configuration, with their bytes)
             rel = f"{rel_dir}/{name}" if rel_dir else name
             try:
-                st = item.stat(follow_symlinks=False)
+                is_dir = item.is_dir(follow_symlinks=False)
             except OSError:
                 continue
-            is_dir = stat.S_ISDIR(st.st_mode)
             output = _output_view(name, cargo) if not rel_dir and is_dir else None
             if output == -1:
                 if name == "build":  # setuptools' editable link trees are on sys.path
@@ -432,24 +476,60 @@ def snapshot_tree(source_dir: str, first: Optional[Tree] = None) -> Tuple[Tuple[
             if is_dir:
                 sub = output if output is not None else \
                     max(view, _NAMED if name.endswith(".egg-info") else _WHOLE)
+                if not why and _foreign_metadata(name, project_name):
+                    # the directory itself too: a created one is removed whole
+                    protected.append(dataclasses.replace(_entry(source_dir, rel, True), rule=RUN_LATER_RULE))
+                    why, sub = _METADATA_WHY, _WHOLE
                 stack.append((rel, why, sub, env))
                 continue
             parts = rel.split("/")
             if _startup_parts(parts) is not None:
-                protected.append(_tree_entry(source_dir, rel, st, STARTUP_RULE, copy=True))
+                rule, copy = STARTUP_RULE, True
             elif view == _COLLECTED:
-                if name in _COLLECTED_NAMES:
-                    protected.append(_tree_entry(source_dir, rel, st, RUN_LATER_RULE, copy=True))
+                if name not in _COLLECTED_NAMES:
+                    continue
+                rule, copy = RUN_LATER_RULE, True
             elif env:
-                protected.append(_tree_entry(source_dir, rel, st, ENV_RULE, copy=False))
+                rule, copy = ENV_RULE, False
             elif why:
-                stamped = any(p in _STAMPED_DIRS for p in parts[:-1])
-                protected.append(_tree_entry(source_dir, rel, st, RUN_LATER_RULE, copy=not stamped))
-            elif view == _WHOLE:
+                rule, copy = RUN_LATER_RULE, not any(p in _STAMPED_DIRS for p in parts[:-1])
+            elif view == _WHOLE and complete:
+                rule, copy = "", False
+            else:
+                continue
+            try:
+                st = item.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if rule:
+                protected.append(_tree_entry(source_dir, rel, st, rule, copy=copy))
+            else:
                 stamps[rel] = _stamp(st)
     if first is None:
-        return tuple(protected), Tree(stamps, frozenset(stamps), complete, complete)
-    return tuple(protected), Tree(stamps, first.baseline, complete, first.baseline_complete)
+        return tuple(protected), Tree(stamps, frozenset(stamps), complete, complete, project_name, walked)
+    return tuple(protected), Tree(stamps, first.baseline, complete, first.baseline_complete, project_name, walked)
+
+
+def declared_name(source_dir: str) -> Optional[str]:
+    """The project's normalised name as its tree declares it (an sdist's PKG-INFO, else
+    pyproject.toml's ``[project]``), or None: read as pipguard (never through a link)."""
+    from pipguard.hookcall import declared_identity
+
+    declared = declared_identity(source_dir)
+    return declared[0] if declared is not None else None
+
+
+def _foreign_metadata(name: str, project_name: Optional[str]) -> bool:
+    """Whether a directory called ``name`` is a distribution's metadata that is not the project's
+    own (every ``.dist-info``; an ``.egg-info`` named for another project)."""
+    if name.endswith(".dist-info"):
+        return True
+    if not name.endswith(".egg-info") or project_name is None:
+        return False  # a setup.py's name is known only once it ran: not judged (docs/sandbox.md)
+    from packaging.utils import canonicalize_name
+
+    stem = name[:-len(".egg-info")].split("-", 1)[0]  # NAME or NAME-VERSION(-pyX.Y)
+    return canonicalize_name(stem) != project_name
 
 
 def _scandir(path: str) -> List[os.DirEntry]:
@@ -476,6 +556,8 @@ def _why_run_later(rel: str) -> str:
     for part in parts[:-1]:
         if part in _RUN_LATER_DIRS:
             return _RUN_LATER_DIRS[part]
+    if any(part.endswith(METADATA_SUFFIXES) for part in parts):
+        return _METADATA_WHY
     return _RUN_LATER_FILES.get(parts[-1], "")
 
 

@@ -18,6 +18,7 @@ import shutil
 import textwrap
 
 import pytest
+from packaging.utils import canonicalize_name
 
 from support import gatewheels
 from support.pipinstall import listing, pg_install, pip_list, site_import
@@ -33,6 +34,10 @@ PLANTS = {
     "sitecustomize": ("sitecustomize.py", True, None, {"sitecustomize"}),
     "usercustomize-package": ("src/usercustomize/__init__.py", True, None, {"usercustomize"}),
     "pth": ("src/zz-planted.pth", True, None, {"pth-exec"}),
+    # attacked (issue 33/29): each was only an informational "created" (or a medium "changed")
+    "subdir-gitdir-file": ("vendor/lib/.git", False, None, {"project-run-later"}),
+    "husky-hook": (".husky/pre-commit", False, "npx lint-staged\n", {"project-run-later"}),
+    "pytest-plugin-metadata": ("src/zzplug-1.0.dist-info/entry_points.txt", True, None, {"project-run-later"}),
 }
 PAYLOAD = "import os; os.system('touch /tmp/pipguard-projtree-never')\n"
 
@@ -82,6 +87,7 @@ def test_a_file_planted_in_the_project_is_refused_reported_and_undone(tmp_path, 
     proj = _project(tmp_path, name, how, rel)
     planted = proj / rel
     if existing is not None:
+        planted.parent.mkdir(parents=True, exist_ok=True)
         planted.write_text(existing)
     if what == "subdir-git-hook":  # a vendored repository inside the project
         (proj / "vendor" / "lib" / ".git" / "hooks").mkdir(parents=True)
@@ -162,3 +168,25 @@ def test_what_a_build_creates_or_changes_in_the_project_is_reported(tmp_path, fa
     assert ("project-file-created", "info", str(proj / "reporter" / "_generated.c")) in by_member, by_member
     assert not [m for r, s, m in by_member if ".egg-info" in m or "/build/" in m], by_member
     assert json.loads((tmp_path / "reporter" / "install-report.json").read_text())["status"] == "installed"
+
+
+def test_an_honest_pytest_plugin_declaring_its_name_is_not_a_false_alarm(tmp_path, fake_home, links, any_pip_target,
+                                                                          buildtools):
+    """setuptools writes the project's own egg-info (its pytest11 entry point in it) into the
+    tree: named as pyproject.toml names the project (normalised), it is not another
+    distribution's metadata."""
+    links.add(buildtools)
+    proj = tmp_path / "honestplug"
+    (proj / "honest_plug").mkdir(parents=True)
+    (proj / "honest_plug" / "__init__.py").write_text("VALUE = 1\n")
+    (proj / "pyproject.toml").write_text(pyproject(
+        "Honest.Plug", "setuptools", "setuptools.build_meta",
+        tail='[tool.setuptools]\npackages = ["honest_plug"]\n\n'
+             '[project.entry-points.pytest11]\nhonest_plug = "honest_plug"\n'))
+    proc, report = pg_install(["-e", "."], home=fake_home, target=any_pip_target, route=links, cwd=proj)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert {canonicalize_name(k): v for k, v in pip_list(any_pip_target).items()}.get("honest-plug") == "1.0"
+    assert site_import(any_pip_target, "honest_plug").returncode == 0
+    assert list(proj.glob("*.egg-info/entry_points.txt")), list(proj.iterdir())
+    findings = _findings(report, "honest-plug")
+    assert all(f["severity"] == "info" for f in findings), findings
