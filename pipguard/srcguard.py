@@ -346,7 +346,7 @@ _STAMPED_DIRS = ("__pycache__", ".idea", ".git", ".hg")
 #: and so are setuptools' editable link trees (``build/__editable__.*``: on sys.path).
 BUILD_OUTPUTS = (
     "build",        # setuptools, scikit-build-core (build-dir), meson-python editable (build/cp3XY)
-    "dist",         # setuptools' sdist/bdist commands
+    "dist",         # setuptools' sdist/bdist commands (the user's own release files: RELEASE_DIR)
     ".eggs",        # setuptools' setup_requires
     ".pdm-build",   # pdm-backend
 )
@@ -376,6 +376,13 @@ MAX_WALK = 1_000_000
 #: at most this many created/changed files are listed per hook call (the rest are counted)
 MAX_LISTED = 20
 
+#: where the user's own release files are (``python -m build``, ``twine upload dist/*``): no
+#: build pip runs writes there (its outputs go to pip's directories), but one that rewrites a
+#: wheel the user built is published with the next upload — a file the user had there that the
+#: build changed or removed refuses the install (by its stat: a wheel is not copied, so it is
+#: left as the build made it, and reported); a new file there is not reported
+RELEASE_DIR = "dist"
+RELEASE_RULE = "project-release-changed"
 RUN_LATER_RULE = "project-run-later"
 STARTUP_RULE = "project-startup-file"
 ENV_RULE = "project-env-tamper"
@@ -467,6 +474,9 @@ def snapshot_tree(source_dir: str, first: Optional[Tree] = None) -> Tuple[Tuple[
             except OSError:
                 continue
             output = _output_view(name, cargo) if not rel_dir and is_dir else None
+            if name == RELEASE_DIR and not rel_dir and is_dir:
+                stack.append((rel, "", _WHOLE, False))  # by stat: only a change is reported
+                continue
             if output == -1:
                 if name == "build":  # setuptools' editable link trees are on sys.path
                     stack += [(f"build/{e.name}", "", _NAMED, False) for e in _scandir(os.path.join(source_dir, rel))
@@ -584,11 +594,20 @@ def _judge_startup(rel: str, content: bytes) -> List[Tuple[str, str, str]]:
 def _tree_problems(source_dir: str, before: Tree, after: Tree) -> List[Tuple[str, str, str, str]]:
     """(severity, rule, message, path) for the ordinary files a call created, changed or
     removed; informational for what it created, medium for what the user had."""
-    created = sorted(set(after.stamps) - set(before.stamps))
+    def released(rel: str) -> bool:
+        return rel.startswith(RELEASE_DIR + "/")
+
+    created = sorted(rel for rel in set(after.stamps) - set(before.stamps) if not released(rel))
     changed = sorted(rel for rel, stamp in after.stamps.items()
                      if rel in before.stamps and before.stamps[rel] != stamp and rel in before.baseline)
     removed = sorted(rel for rel in set(before.stamps) - set(after.stamps) if rel in before.baseline)
     out: List[Tuple[str, str, str, str]] = []
+    for rel in [r for r in changed + removed if released(r)][:MAX_LISTED]:
+        out.append(("high", RELEASE_RULE, f"the build {'removed' if rel in removed else 'changed'} {rel}, a "
+                    "release file you built (the next upload of dist/ publishes what the build made of it); "
+                    "left as the build made it", rel))
+    changed = [r for r in changed if not released(r)]
+    removed = [r for r in removed if not released(r)]
     for rel in created[:MAX_LISTED]:
         out.append(("info", CREATED_RULE, f"the build created {rel} in your project", rel))
     for rel in changed[:MAX_LISTED]:

@@ -190,3 +190,26 @@ def test_an_honest_pytest_plugin_declaring_its_name_is_not_a_false_alarm(tmp_pat
     assert list(proj.glob("*.egg-info/entry_points.txt")), list(proj.iterdir())
     findings = _findings(report, "honest-plug")
     assert all(f["severity"] == "info" for f in findings), findings
+
+
+def test_a_build_rewriting_the_users_release_wheel_is_refused(tmp_path, fake_home, links, target):
+    """The wheel the user built for the next upload, rewritten in place with its size and mtime
+    put back (quietly: a shell's dd, no Python file API). Before: dist/ was not looked at, the
+    install went through and nothing said so."""
+    proj = write_project(tmp_path, "relwheel")
+    wheel = proj / "dist" / "relwheel-1.0-py3-none-any.whl"
+    wheel.parent.mkdir()
+    wheel.write_bytes(b"PK-honest-wheel-bytes")
+    (proj / "setup.py").write_text(textwrap.dedent("""\
+        import subprocess
+        subprocess.run(['sh', '-c', 'f=dist/relwheel-1.0-py3-none-any.whl; mkdir -p build; touch -r "$f" build/ts; '
+                        'printf PK-evil-wheel-bytes!! | dd of="$f" conv=notrunc status=none; touch -r build/ts "$f"'])
+        """) + (proj / "setup.py").read_text())
+    before, mtime = listing(target), wheel.stat().st_mtime_ns
+    proc, report = pg_install(["."], home=fake_home, target=target, route=links, cwd=proj)
+    # the attack as made: same size, same mtime, other bytes (left as the build made them: reported)
+    assert wheel.read_bytes() == b"PK-evil-wheel-bytes!!" and wheel.stat().st_mtime_ns == mtime
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert listing(target) == before
+    hits = [f for f in _findings(report, "relwheel") if f["rule"] == "project-release-changed"]
+    assert hits and hits[0]["severity"] == "high" and hits[0]["member"] == str(wheel), _findings(report, "relwheel")

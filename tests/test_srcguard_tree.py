@@ -196,3 +196,23 @@ def test_a_tree_past_the_stat_limit_still_has_its_protected_names_checked(tmp_pa
         assert found.get(("project-run-later", rel)) == "critical", found
         assert not (root / rel).exists()
     assert found.get(("project-tree-unchecked", ".")) == "medium", found
+
+
+def test_a_release_file_the_user_built_changed_keeping_its_timestamps_refuses(tmp_path):
+    """``python -m build``, ``pip install -e .``, ``twine upload dist/*``: a build that rewrites
+    the wheel in dist/ (same size, mtime put back) had it published; dist/ was not looked at.
+    The stat's ctime and inode still move; a new file there stays unreported (old setuptools
+    commands write there)."""
+    root = _tree(tmp_path / "p", {"src/pkg/__init__.py": "", "dist/pkg-1.0-py3-none-any.whl": "honest-wheel",
+                                  "dist/pkg-1.0.tar.gz": "honest-sdist"})
+
+    def build():
+        wheel = root / "dist/pkg-1.0-py3-none-any.whl"
+        st = os.stat(wheel)
+        wheel.write_text("evil--wheel")
+        os.utime(wheel, ns=(st.st_atime_ns, st.st_mtime_ns))
+        (root / "dist/pkg-1.0.tar.gz").unlink()
+        _tree(root, {"dist/pkg-1.0-py2.py3-none-any.whl": "new"})
+    found = _check(root, build)
+    assert found == {("project-release-changed", "dist/pkg-1.0-py3-none-any.whl"): "high",
+                     ("project-release-changed", "dist/pkg-1.0.tar.gz"): "high"}, found
