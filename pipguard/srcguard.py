@@ -106,19 +106,20 @@ def _entry(root: str, rel: str, vcs: bool) -> Entry:
 
 
 def _walk(root: str, rel: str, out: List[Entry]) -> None:
-    """``rel`` and, if it is a real directory, everything below it (never through a link)."""
-    entry = _entry(root, rel, True)
-    out.append(entry)
-    if entry.kind != "dir":
-        return
-    try:
-        names = sorted(os.listdir(os.path.join(root, rel)))
-    except OSError:
-        return
-    for name in names:
-        if len(out) >= MAX_ENTRIES:
-            return
-        _walk(root, os.path.join(rel, name), out)
+    """``rel`` and, if it is a real directory, everything below it (never through a link), in
+    order, at most :data:`MAX_ENTRIES` in all. A loop, not a recursion: a build that nests
+    directories 1,100 deep in ``.git/hooks`` made the recursion raise, and the check with it."""
+    stack = [rel]
+    while stack and len(out) < MAX_ENTRIES:
+        entry = _entry(root, stack.pop(), True)
+        out.append(entry)
+        if entry.kind != "dir":
+            continue
+        try:
+            names = sorted(os.listdir(os.path.join(root, entry.rel)))
+        except OSError:
+            continue
+        stack += [os.path.join(entry.rel, name) for name in reversed(names)]
 
 
 def snapshot(source_dir: str) -> Tuple[Entry, ...]:

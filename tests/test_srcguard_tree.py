@@ -216,3 +216,21 @@ def test_a_release_file_the_user_built_changed_keeping_its_timestamps_refuses(tm
     found = _check(root, build)
     assert found == {("project-release-changed", "dist/pkg-1.0-py3-none-any.whl"): "high",
                      ("project-release-changed", "dist/pkg-1.0.tar.gz"): "high"}, found
+
+
+def test_a_hooks_directory_nested_past_the_recursion_limit_is_refused_and_removed(tmp_path):
+    """1,100 directories deep in .git/hooks: the walk recursed, raised RecursionError, and the
+    check (and the repair) never happened."""
+    root = _tree(tmp_path / "p", {".git/HEAD": "ref: refs/heads/main\n", ".git/hooks/pre-commit.sample": ""})
+
+    def build():
+        fd = os.open(root / ".git/hooks", os.O_RDONLY)
+        for _ in range(1100):  # by descriptor: os.makedirs and pathlib recurse too
+            os.mkdir("a", dir_fd=fd)
+            fd, old = os.open("a", os.O_RDONLY, dir_fd=fd), fd
+            os.close(old)
+        os.close(os.open("post-checkout", os.O_WRONLY | os.O_CREAT, dir_fd=fd))
+        os.close(fd)
+    found = _check(root, build)
+    assert found.get(("vcs-tamper", ".git/hooks/a")) == "critical", list(found)[:5]
+    assert not (root / ".git/hooks/a").exists()
