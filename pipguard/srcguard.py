@@ -619,10 +619,21 @@ def _tree_problems(source_dir: str, before: Tree, after: Tree) -> List[Tuple[str
                                        ("changed or removed", changed + removed, "medium", CHANGED_RULE)):
         if len(rels) > MAX_LISTED:
             out.append((severity, rule, f"and {len(rels) - MAX_LISTED} more files {what} in your project", ""))
-    for rel in created:
-        if stat.S_ISLNK(after.stamps[rel][0]) and os.path.isdir(os.path.join(source_dir, rel)):
+    real_root = os.path.realpath(source_dir)
+    for rel in created + changed:
+        if not stat.S_ISLNK(after.stamps[rel][0]):
+            continue
+        path = os.path.join(source_dir, rel)
+        target = os.path.realpath(path)
+        if os.path.isdir(path):
             out.append(("critical", RUN_LATER_RULE, f"the build created {rel}, a link to a directory: tools "
                         "walk into it (pytest collects it), and what it leads to was not checked; removed", rel))
+        elif target != real_root and not target.startswith(real_root + "/"):
+            # the next unsandboxed `python -m build` packs what it leads to (~/.ssh/id_rsa as
+            # package data) and the upload publishes it
+            out.append(("critical", RUN_LATER_RULE, f"the build made {rel} a link out of your project "
+                        f"({target}): tools that follow it (setuptools' package data, an archive, an editor) "
+                        "take what it leads to; removed", rel))
     if before.baseline_complete and not after.complete:
         out.append(("high", UNCHECKED_RULE, f"the build grew your project past {MAX_TREE} entries: "
                     "what it wrote there was not checked", ""))

@@ -213,3 +213,21 @@ def test_a_build_rewriting_the_users_release_wheel_is_refused(tmp_path, fake_hom
     assert listing(target) == before
     hits = [f for f in _findings(report, "relwheel") if f["rule"] == "project-release-changed"]
     assert hits and hits[0]["severity"] == "high" and hits[0]["member"] == str(wheel), _findings(report, "relwheel")
+
+
+def test_a_link_out_of_the_project_is_refused_and_removed(tmp_path, fake_home, links, target):
+    """The build links package data to the user's SSH key (a shell's ``ln -s``: no audit event,
+    nothing read): the next unsandboxed ``python -m build`` would pack the key into the wheel the
+    user uploads. Before: an informational "created"."""
+    key = fake_home.path / ".ssh" / "id_rsa"
+    proj = write_project(tmp_path, "linkout")
+    data = proj / "linkout" / "data.txt"
+    (proj / "setup.py").write_text(textwrap.dedent(f"""\
+        import subprocess
+        subprocess.run(['ln', '-s', {str(key)!r}, {str(data)!r}])
+        """) + (proj / "setup.py").read_text())
+    proc, report = pg_install(["."], home=fake_home, target=target, route=links, cwd=proj)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    hits = [f for f in _findings(report, "linkout") if f["rule"] == "project-run-later" and f["member"] == str(data)]
+    assert hits and hits[0]["severity"] == "critical", _findings(report, "linkout")
+    assert not os.path.lexists(data) and key.exists()

@@ -234,3 +234,24 @@ def test_a_hooks_directory_nested_past_the_recursion_limit_is_refused_and_remove
     found = _check(root, build)
     assert found.get(("vcs-tamper", ".git/hooks/a")) == "critical", list(found)[:5]
     assert not (root / ".git/hooks/a").exists()
+
+
+@pytest.mark.parametrize("target", ["{home}/.ssh/id_rsa", "../../../outside.txt"])
+def test_a_link_out_of_the_project_is_refused_and_removed(tmp_path, target):
+    """src/pkg/data.txt -> ~/.ssh/id_rsa: the next unsandboxed ``python -m build`` packs the key as
+    package data. Before: an informational "created"."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh/id_rsa").write_text("PIPGUARD-FAKE-SECRET\n")
+    (tmp_path / "outside.txt").write_text("x\n")
+    root = _tree(tmp_path / "p", {"src/pkg/__init__.py": ""})
+    found = _check(root, lambda: os.symlink(target.format(home=home), root / "src/pkg/data.txt"))
+    assert found.get(("project-run-later", "src/pkg/data.txt")) == "critical", found
+    assert not os.path.lexists(root / "src/pkg/data.txt")
+    assert (home / ".ssh/id_rsa").exists()
+
+
+def test_a_link_inside_the_project_is_only_reported(tmp_path):
+    root = _tree(tmp_path / "p", {"src/pkg/__init__.py": "", "README.md": ""})
+    found = _check(root, lambda: os.symlink("../../README.md", root / "src/pkg/README.md"))
+    assert found == {("project-file-created", "src/pkg/README.md"): "info"}, found
