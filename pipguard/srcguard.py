@@ -282,7 +282,8 @@ def _remove(path: str) -> None:
 
 #: files and directories of a project tree that another program runs or loads later, outside any
 #: sandbox: (name, ``file`` for a file of that name at any depth or ``dir`` for any file below a
-#: directory of that name, why). A build that creates or changes one refuses the install.
+#: directory of that name, ``top-file``/``top-dir`` the same at the project's root only,
+#: why). A build that creates or changes one refuses the install.
 #: Not in it, on purpose: ``pyproject.toml`` and ``setup.cfg`` (the backend's configuration,
 #: which builds rewrite and restore — poetry-dynamic-versioning; read again only by the next build,
 #: which is sandboxed: a change is reported), ``.gitattributes`` (names filter and diff drivers,
@@ -327,16 +328,21 @@ RUN_LATER: Tuple[Tuple[str, str, str], ...] = (
     ("jupyter_notebook_config.py", "file", "Jupyter runs it when started in the directory"),
     ("jupyter_server_config.py", "file", "Jupyter runs it when started in the directory"),
     ("jupyter_lab_config.py", "file", "Jupyter runs it when started in the directory"),
-    (".circleci", "dir", "CI runs its jobs, with the project's secrets, once they are pushed"),
-    (".travis.yml", "file", "CI runs it, with the project's secrets, once it is pushed"),
-    ("azure-pipelines.yml", "file", "CI runs it, with the project's secrets, once it is pushed"),
-    ("bitbucket-pipelines.yml", "file", "CI runs it, with the project's secrets, once it is pushed"),
-    ("Jenkinsfile", "file", "CI runs it, with the project's secrets, once it is pushed"),
-    (".readthedocs.yaml", "file", "Read the Docs runs its build commands, with the project's tokens"),
-    (".readthedocs.yml", "file", "Read the Docs runs its build commands, with the project's tokens"),
+    (".circleci", "top-dir", "CI runs its jobs, with the project's secrets, once they are pushed"),
+    (".travis.yml", "top-file", "CI runs it, with the project's secrets, once it is pushed"),
+    ("azure-pipelines.yml", "top-file", "CI runs it, with the project's secrets, once it is pushed"),
+    ("bitbucket-pipelines.yml", "top-file", "CI runs it, with the project's secrets, once it is pushed"),
+    ("Jenkinsfile", "top-file", "CI runs it, with the project's secrets, once it is pushed"),
+    (".readthedocs.yaml", "top-file", "Read the Docs runs its build commands, with the project's tokens"),
+    (".readthedocs.yml", "top-file", "Read the Docs runs its build commands, with the project's tokens"),
 )
 _RUN_LATER_FILES = {name: why for name, kind, why in RUN_LATER if kind == "file"}
 _RUN_LATER_DIRS = {name: why for name, kind, why in RUN_LATER if kind == "dir"}
+#: ... at the project's root only (``top-file``, ``top-dir``: CI reads its files from the
+#: repository's root; the same names deeper, in a vendored package or a build's
+#: ``node_modules``, run nowhere)
+_RUN_LATER_TOP_FILES = {**_RUN_LATER_FILES, **{name: why for name, kind, why in RUN_LATER if kind == "top-file"}}
+_RUN_LATER_TOP_DIRS = {**_RUN_LATER_DIRS, **{name: why for name, kind, why in RUN_LATER if kind == "top-dir"}}
 #: directories below which a file is kept by its stat only (too many, or binary, to copy)
 _STAMPED_DIRS = ("__pycache__", ".idea", ".git", ".hg")
 
@@ -483,7 +489,9 @@ def snapshot_tree(source_dir: str, first: Optional[Tree] = None) -> Tuple[Tuple[
                     stack += [(f"build/{e.name}", "", _NAMED, False) for e in _scandir(os.path.join(source_dir, rel))
                               if e.name.startswith("__editable__") and e.is_dir(follow_symlinks=False)]
                 continue
-            why = why_dir or (_RUN_LATER_DIRS.get(name, "") if is_dir else _RUN_LATER_FILES.get(name, ""))
+            dirs, files = (_RUN_LATER_TOP_DIRS, _RUN_LATER_TOP_FILES) if not rel_dir else \
+                (_RUN_LATER_DIRS, _RUN_LATER_FILES)
+            why = why_dir or (dirs.get(name, "") if is_dir else files.get(name, ""))
             if is_dir:
                 sub = output if output is not None else \
                     max(view, _NAMED if name.endswith(".egg-info") else _WHOLE)
@@ -564,12 +572,13 @@ def _tree_entry(root: str, rel: str, st: os.stat_result, rule: str, *, copy: boo
 
 def _why_run_later(rel: str) -> str:
     parts = rel.split("/")
-    for part in parts[:-1]:
-        if part in _RUN_LATER_DIRS:
-            return _RUN_LATER_DIRS[part]
+    for i, part in enumerate(parts[:-1]):
+        why = (_RUN_LATER_TOP_DIRS if i == 0 else _RUN_LATER_DIRS).get(part)
+        if why:
+            return why
     if any(part.endswith(METADATA_SUFFIXES) for part in parts):
         return _METADATA_WHY
-    return _RUN_LATER_FILES.get(parts[-1], "")
+    return (_RUN_LATER_TOP_FILES if len(parts) == 1 else _RUN_LATER_FILES).get(parts[-1], "")
 
 
 def _judge_startup(rel: str, content: bytes) -> List[Tuple[str, str, str]]:

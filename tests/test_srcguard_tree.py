@@ -255,3 +255,12 @@ def test_a_link_inside_the_project_is_only_reported(tmp_path):
     root = _tree(tmp_path / "p", {"src/pkg/__init__.py": "", "README.md": ""})
     found = _check(root, lambda: os.symlink("../../README.md", root / "src/pkg/README.md"))
     assert found == {("project-file-created", "src/pkg/README.md"): "info"}, found
+
+
+def test_ci_files_count_at_the_root_only(tmp_path):
+    """CI reads its files from the repository's root: the same names in a package a build
+    unpacks (a frontend's node_modules: npm packages ship .travis.yml) run nowhere."""
+    root = _tree(tmp_path / "p", {"src/pkg/__init__.py": ""})
+    found = _check(root, lambda: _tree(root, {"node_modules/left-pad/.travis.yml": "", "node_modules/x/Jenkinsfile": "",
+                                              "node_modules/x/.circleci/config.yml": ""}))
+    assert set(found.values()) == {"info"}, found
