@@ -196,7 +196,7 @@ def check_and_restore(source_dir: str, before: Tuple[Entry, ...], tree: Optional
         else:
             what = "created" if was.kind == "absent" else "removed" if now.kind == "absent" else "changed"
             problems.append(("critical", now.rule, f"the build {what} {rel}, which runs later outside any "
-                             f"sandbox ({_why_run_later(rel) or 'a start-up file'}); {done}", path))
+                             f"sandbox ({_why_run_later(rel) or 'git hooks, or another file a program runs'}); {done}", path))
     if changed:
         _restore(source_dir, before, changed)
     if tree is not None and after_tree is not None:
@@ -414,6 +414,8 @@ class Tree:
     project_name: Optional[str] = None
     #: whether every directory was looked into for protected names (False past MAX_WALK)
     walked: bool = True
+    #: the directories of the tree that the repository's ``core.hooksPath`` names (relative)
+    hooks_dirs: Tuple[str, ...] = ()
 
 
 def _stamp(st: os.stat_result) -> Tuple[int, ...]:
@@ -457,6 +459,7 @@ def snapshot_tree(source_dir: str, first: Optional[Tree] = None) -> Tuple[Tuple[
     stamps: Dict[str, Tuple[int, ...]] = {}
     cargo = os.path.isfile(os.path.join(source_dir, "Cargo.toml"))
     project_name = first.project_name if first is not None else declared_name(source_dir)
+    hooks_dirs = first.hooks_dirs if first is not None else hooks_paths(source_dir)
     # (directory relative to the root, why its files are protected or "", its view, in a venv:
     # its files are protected)
     stack: List[Tuple[str, str, int, bool]] = [("", "", _WHOLE, False)]
@@ -492,6 +495,8 @@ def snapshot_tree(source_dir: str, first: Optional[Tree] = None) -> Tuple[Tuple[
             dirs, files = (_RUN_LATER_TOP_DIRS, _RUN_LATER_TOP_FILES) if not rel_dir else \
                 (_RUN_LATER_DIRS, _RUN_LATER_FILES)
             why = why_dir or (dirs.get(name, "") if is_dir else files.get(name, ""))
+            if is_dir and rel in hooks_dirs:
+                why = why or _HOOKS_WHY
             if is_dir:
                 sub = output if output is not None else \
                     max(view, _NAMED if name.endswith(".egg-info") else _WHOLE)
@@ -525,8 +530,34 @@ def snapshot_tree(source_dir: str, first: Optional[Tree] = None) -> Tuple[Tuple[
             else:
                 stamps[rel] = _stamp(st)
     if first is None:
-        return tuple(protected), Tree(stamps, frozenset(stamps), complete, complete, project_name, walked)
-    return tuple(protected), Tree(stamps, first.baseline, complete, first.baseline_complete, project_name, walked)
+        return tuple(protected), Tree(stamps, frozenset(stamps), complete, complete, project_name, walked,
+                                      hooks_dirs)
+    return tuple(protected), Tree(stamps, first.baseline, complete, first.baseline_complete, project_name, walked,
+                                  hooks_dirs)
+
+
+_HOOKS_WHY = "git runs the hooks of the directory core.hooksPath names at the next commit or checkout"
+
+
+def hooks_paths(source_dir: str) -> Tuple[str, ...]:
+    """The directories inside ``source_dir`` that its repository's configuration (``.git/config``,
+    read before the install's first hook call) names as ``core.hooksPath``, relative to it."""
+    data = read_regular(os.path.join(source_dir, ".git", "config"))
+    if data is None:
+        return ()
+    found, section = [], ""
+    for raw in data.decode("utf-8", "replace").splitlines():
+        line = raw.strip()
+        if line.startswith("["):
+            section = line[1:line.find("]")].strip().lower() if "]" in line else ""
+            continue
+        key, sep, value = line.partition("=")
+        if section == "core" and sep and key.strip().lower() == "hookspath":
+            path = os.path.normpath(os.path.join(source_dir, value.strip().strip('"')))
+            rel = os.path.relpath(path, source_dir)
+            if rel != "." and not rel.startswith(".."):
+                found.append(rel.replace(os.sep, "/"))
+    return tuple(found)
 
 
 def declared_name(source_dir: str) -> Optional[str]:

