@@ -228,8 +228,23 @@ def _build_env_roots(env: Dict[str, str], python: str) -> List[str]:
 
 def source_identity(source_dir: str) -> Tuple[str, str]:
     """(canonical name, version) of the project in ``source_dir``, for the
-    report only: PKG-INFO of an sdist, else pyproject.toml's ``[project]``,
-    else pip's directory name (``NAME_HASH``) or the directory's name."""
+    report only: what it declares (:func:`declared_identity`), else pip's
+    directory name (``NAME_HASH``) or the directory's name."""
+    from packaging.utils import canonicalize_name
+
+    declared = declared_identity(source_dir)
+    if declared is not None:
+        return declared
+    base = os.path.basename(source_dir.rstrip("/"))
+    head, sep, tail = base.rpartition("_")
+    if sep and len(tail) >= 8 and tail.isalnum():
+        base = head  # pip's NAME_HASH unpack directory
+    return canonicalize_name(base), ""
+
+
+def declared_identity(source_dir: str) -> Optional[Tuple[str, str]]:
+    """(canonical name, version) the project in ``source_dir`` declares: PKG-INFO of an
+    sdist, else pyproject.toml's ``[project]``; None when neither names it."""
     from packaging.utils import canonicalize_name
 
     # The previous hook call could write these (its own tree): read them as pipguard, not
@@ -246,11 +261,7 @@ def source_identity(source_dir: str) -> Tuple[str, str]:
             return canonicalize_name(project["name"]), version if isinstance(version, str) else ""
     except (OSError, ValueError):
         pass
-    base = os.path.basename(source_dir.rstrip("/"))
-    head, sep, tail = base.rpartition("_")
-    if sep and len(tail) >= 8 and tail.isalnum():
-        base = head  # pip's NAME_HASH unpack directory
-    return canonicalize_name(base), ""
+    return None
 
 
 def declared_url_requirements(source_dir: str) -> FrozenSet[Tuple[str, str]]:

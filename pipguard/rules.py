@@ -32,6 +32,13 @@ CREDENTIAL_PATHS = (
     ".bitcoin", ".ethereum", ".electrum", ".config/Exodus", ".local/share/keyrings",
     ".cargo/credentials", ".cargo/credentials.toml", ".gem/credentials", ".m2/settings.xml",
     ".config/pip", ".pip", ".bash_history", ".zsh_history", ".python_history",
+    # what PyPI's stealers take besides (attacked, issue 33/29): more Chromium browsers, chat
+    # tokens, Thunderbird's passwords, wallets and keys of other chains, database and
+    # storage clients' passwords, FTP sites
+    ".config/microsoft-edge", ".config/opera", ".config/vivaldi", ".config/discord",
+    ".config/discordcanary", ".config/discordptb", ".config/Slack", ".local/share/TelegramDesktop",
+    ".thunderbird", ".config/solana", ".litecoin", ".dogecoin", ".config/atomic", ".config/Ledger Live",
+    ".pgpass", ".my.cnf", ".s3cfg", ".boto", ".config/rclone", ".config/filezilla", ".purple", ".oci",
 )
 # The files a stealer opens in each credential store above that is a directory (the first:
 # the one it opens first). The namespace backend plants a decoy at each in every real home,
@@ -65,12 +72,33 @@ CREDENTIAL_STORE_FILES: Dict[str, Tuple[str, ...]] = {
     ".local/share/keyrings": ("login.keyring", "user.keystore"),
     ".config/pip": ("pip.conf",),
     ".pip": ("pip.conf",),
+    ".config/microsoft-edge": _CHROMIUM_FILES,
+    ".config/vivaldi": _CHROMIUM_FILES,
+    ".config/opera": ("Local State", "Login Data", "Cookies", "Network/Cookies", "Web Data"),
+    # Discord's and Slack's tokens: the leveldb a stealer globs for *.ldb and *.log
+    **{store: ("Local Storage/leveldb/000005.ldb", "Local Storage/leveldb/000003.log", "Local State")
+       for store in (".config/discord", ".config/discordcanary", ".config/discordptb", ".config/Slack")},
+    ".local/share/TelegramDesktop": ("tdata/key_datas",),
+    ".thunderbird": ("profiles.ini", *(f"{FIREFOX_PROFILE}/{name}" for name in (
+        "logins.json", "key4.db", "key3.db", "cert9.db"))),
+    ".config/solana": ("id.json",),
+    ".litecoin": ("wallet.dat", "wallets/wallet.dat"),
+    ".dogecoin": ("wallet.dat",),
+    ".config/atomic": ("Local Storage/leveldb/000003.log",),
+    ".config/Ledger Live": ("app.json",),
+    ".config/rclone": ("rclone.conf",),
+    ".config/filezilla": ("recentservers.xml", "sitemanager.xml"),
+    ".purple": ("accounts.xml",),
+    ".oci": ("config",),
 }
 # Stores no build tool opens, in any home: browsers, wallets, keyrings. Their files are
 # planted in the run's own $HOME too, where $HOME-relative stealers look.
 STEALER_ONLY_STORES = (".mozilla", ".config/google-chrome", ".config/chromium",
                        ".config/BraveSoftware", ".bitcoin", ".ethereum", ".electrum",
-                       ".config/Exodus", ".local/share/keyrings")
+                       ".config/Exodus", ".local/share/keyrings", ".config/microsoft-edge", ".config/opera",
+                       ".config/vivaldi", ".config/discord", ".config/discordcanary", ".config/discordptb",
+                       ".config/Slack", ".local/share/TelegramDesktop", ".thunderbird", ".config/solana",
+                       ".litecoin", ".dogecoin", ".config/atomic", ".config/Ledger Live")
 
 
 def credential_files(stores: Sequence[str] = CREDENTIAL_PATHS) -> Tuple[str, ...]:

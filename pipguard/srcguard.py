@@ -106,19 +106,20 @@ def _entry(root: str, rel: str, vcs: bool) -> Entry:
 
 
 def _walk(root: str, rel: str, out: List[Entry]) -> None:
-    """``rel`` and, if it is a real directory, everything below it (never through a link)."""
-    entry = _entry(root, rel, True)
-    out.append(entry)
-    if entry.kind != "dir":
-        return
-    try:
-        names = sorted(os.listdir(os.path.join(root, rel)))
-    except OSError:
-        return
-    for name in names:
-        if len(out) >= MAX_ENTRIES:
-            return
-        _walk(root, os.path.join(rel, name), out)
+    """``rel`` and, if it is a real directory, everything below it (never through a link), in
+    order, at most :data:`MAX_ENTRIES` in all. A loop, not a recursion: a build that nests
+    directories 1,100 deep in ``.git/hooks`` made the recursion raise, and the check with it."""
+    stack = [rel]
+    while stack and len(out) < MAX_ENTRIES:
+        entry = _entry(root, stack.pop(), True)
+        out.append(entry)
+        if entry.kind != "dir":
+            continue
+        try:
+            names = sorted(os.listdir(os.path.join(root, entry.rel)))
+        except OSError:
+            continue
+        stack += [os.path.join(entry.rel, name) for name in reversed(names)]
 
 
 def snapshot(source_dir: str) -> Tuple[Entry, ...]:
@@ -195,7 +196,7 @@ def check_and_restore(source_dir: str, before: Tuple[Entry, ...], tree: Optional
         else:
             what = "created" if was.kind == "absent" else "removed" if now.kind == "absent" else "changed"
             problems.append(("critical", now.rule, f"the build {what} {rel}, which runs later outside any "
-                             f"sandbox ({_why_run_later(rel) or 'a start-up file'}); {done}", path))
+                             f"sandbox ({_why_run_later(rel) or 'git hooks, or another file a program runs'}); {done}", path))
     if changed:
         _restore(source_dir, before, changed)
     if tree is not None and after_tree is not None:
@@ -281,7 +282,8 @@ def _remove(path: str) -> None:
 
 #: files and directories of a project tree that another program runs or loads later, outside any
 #: sandbox: (name, ``file`` for a file of that name at any depth or ``dir`` for any file below a
-#: directory of that name, why). A build that creates or changes one refuses the install.
+#: directory of that name, ``top-file``/``top-dir`` the same at the project's root only,
+#: why). A build that creates or changes one refuses the install.
 #: Not in it, on purpose: ``pyproject.toml`` and ``setup.cfg`` (the backend's configuration,
 #: which builds rewrite and restore — poetry-dynamic-versioning; read again only by the next build,
 #: which is sandboxed: a change is reported), ``.gitattributes`` (names filter and diff drivers,
@@ -308,10 +310,39 @@ RUN_LATER: Tuple[Tuple[str, str, str], ...] = (
     (".github", "dir", "CI runs its workflows, with the project's secrets, once they are pushed"),
     ("__pycache__", "dir", "Python imports a cached .pyc instead of its source when the header matches"),
     (".git", "dir", "a repository in a subdirectory: git runs its hooks and configuration there"),
+    # a `gitdir:` file makes the subdirectory a repository whose git directory is elsewhere (in
+    # build/, not looked at): its core.fsmonitor runs at the next `git status` there (VS Code's
+    # scan of nested repositories runs one when the project is opened)
+    (".git", "file", "a gitdir: file makes its directory a repository: git runs that repository's "
+     "configuration there"),
     (".hg", "dir", "a repository in a subdirectory: hg runs its hgrc there"),
+    # git hooks kept in the tree, named by core.hooksPath (husky sets it to .husky/_)
+    (".husky", "dir", "husky's git hooks: git runs them at the next commit (core.hooksPath)"),
+    (".githooks", "dir", "git hooks kept in the project: git runs them at the next commit (core.hooksPath)"),
+    (".pylintrc", "file", "pylint runs its init-hook (Python) and loads its load-plugins, also from "
+     "an editor's linting"),
+    ("pylintrc", "file", "pylint runs its init-hook (Python) and loads its load-plugins"),
+    ("mypy.ini", "file", "mypy imports the plugins it names (a path to a .py file too)"),
+    (".mypy.ini", "file", "mypy imports the plugins it names (a path to a .py file too)"),
+    ("ipython_config.py", "file", "IPython runs it when started in the directory"),
+    ("jupyter_notebook_config.py", "file", "Jupyter runs it when started in the directory"),
+    ("jupyter_server_config.py", "file", "Jupyter runs it when started in the directory"),
+    ("jupyter_lab_config.py", "file", "Jupyter runs it when started in the directory"),
+    (".circleci", "top-dir", "CI runs its jobs, with the project's secrets, once they are pushed"),
+    (".travis.yml", "top-file", "CI runs it, with the project's secrets, once it is pushed"),
+    ("azure-pipelines.yml", "top-file", "CI runs it, with the project's secrets, once it is pushed"),
+    ("bitbucket-pipelines.yml", "top-file", "CI runs it, with the project's secrets, once it is pushed"),
+    ("Jenkinsfile", "top-file", "CI runs it, with the project's secrets, once it is pushed"),
+    (".readthedocs.yaml", "top-file", "Read the Docs runs its build commands, with the project's tokens"),
+    (".readthedocs.yml", "top-file", "Read the Docs runs its build commands, with the project's tokens"),
 )
 _RUN_LATER_FILES = {name: why for name, kind, why in RUN_LATER if kind == "file"}
 _RUN_LATER_DIRS = {name: why for name, kind, why in RUN_LATER if kind == "dir"}
+#: ... at the project's root only (``top-file``, ``top-dir``: CI reads its files from the
+#: repository's root; the same names deeper, in a vendored package or a build's
+#: ``node_modules``, run nowhere)
+_RUN_LATER_TOP_FILES = {**_RUN_LATER_FILES, **{name: why for name, kind, why in RUN_LATER if kind == "top-file"}}
+_RUN_LATER_TOP_DIRS = {**_RUN_LATER_DIRS, **{name: why for name, kind, why in RUN_LATER if kind == "top-dir"}}
 #: directories below which a file is kept by its stat only (too many, or binary, to copy)
 _STAMPED_DIRS = ("__pycache__", ".idea", ".git", ".hg")
 
@@ -322,7 +353,7 @@ _STAMPED_DIRS = ("__pycache__", ".idea", ".git", ".hg")
 #: and so are setuptools' editable link trees (``build/__editable__.*``: on sys.path).
 BUILD_OUTPUTS = (
     "build",        # setuptools, scikit-build-core (build-dir), meson-python editable (build/cp3XY)
-    "dist",         # setuptools' sdist/bdist commands
+    "dist",         # setuptools' sdist/bdist commands (the user's own release files: RELEASE_DIR)
     ".eggs",        # setuptools' setup_requires
     ".pdm-build",   # pdm-backend
 )
@@ -336,11 +367,29 @@ COLLECTED_OUTPUTS = ("_skbuild",)   # scikit-build (classic)
 CARGO_OUTPUT = "target"
 #: what pytest loads from any directory it collects, without being asked
 _COLLECTED_NAMES = ("conftest.py",)
-#: entries looked at in a project tree, at most; past it the rest is not checked (reported)
+#: a distribution's metadata directory: importlib.metadata finds one on any import path (an
+#: editable's ``src/`` or project root, the current directory of ``python -m pytest``) and tools
+#: load its entry points without being asked (pytest's ``pytest11`` plugins, at every run). No
+#: backend leaves a ``.dist-info`` in the tree it builds; setuptools writes the project's own
+#: ``.egg-info`` — one named otherwise is another distribution, planted.
+METADATA_SUFFIXES = (".dist-info", ".egg-info")
+_METADATA_WHY = ("importlib.metadata finds another distribution's metadata on an import path: tools load "
+                 "its entry points (pytest11 plugins at every pytest run)")
+#: entries whose files are stat'ed in a project tree, at most; past it only the protected names
+#: are looked for (no stat of the other files: reported as not checked) ...
 MAX_TREE = 100_000
+#: ... and past this many entries nothing more is looked at (reported)
+MAX_WALK = 1_000_000
 #: at most this many created/changed files are listed per hook call (the rest are counted)
 MAX_LISTED = 20
 
+#: where the user's own release files are (``python -m build``, ``twine upload dist/*``): no
+#: build pip runs writes there (its outputs go to pip's directories), but one that rewrites a
+#: wheel the user built is published with the next upload — a file the user had there that the
+#: build changed or removed refuses the install (by its stat: a wheel is not copied, so it is
+#: left as the build made it, and reported); a new file there is not reported
+RELEASE_DIR = "dist"
+RELEASE_RULE = "project-release-changed"
 RUN_LATER_RULE = "project-run-later"
 STARTUP_RULE = "project-startup-file"
 ENV_RULE = "project-env-tamper"
@@ -360,6 +409,13 @@ class Tree:
     complete: bool = True
     #: whether the install's first snapshot saw the whole tree (the user's tree was not too big)
     baseline_complete: bool = True
+    #: the project's name as its tree declared it before the first hook call (pyproject.toml's
+    #: ``[project]``, an sdist's PKG-INFO), normalised; None: not declared (a setup.py's)
+    project_name: Optional[str] = None
+    #: whether every directory was looked into for protected names (False past MAX_WALK)
+    walked: bool = True
+    #: the directories of the tree that the repository's ``core.hooksPath`` names (relative)
+    hooks_dirs: Tuple[str, ...] = ()
 
 
 def _stamp(st: os.stat_result) -> Tuple[int, ...]:
@@ -393,24 +449,30 @@ def _output_view(name: str, cargo: bool) -> Optional[int]:
 
 def snapshot_tree(source_dir: str, first: Optional[Tree] = None) -> Tuple[Tuple[Entry, ...], Tree]:
     """The protected entries of a project tree (run-later, start-up and environment files,
-    repositories in subdirectories) and the stat of every other file; ``first``: the install's
-    first snapshot of this tree (None: this is the first), whose paths are the user's files.
-    Links are never followed; the root's ``.git``/``.hg`` are :func:`snapshot`'s."""
+    repositories in subdirectories, metadata of other distributions) and the stat of every other
+    file; ``first``: the install's first snapshot of this tree (None: this is the first), whose
+    paths are the user's files. Links are never followed; the root's ``.git``/``.hg`` are
+    :func:`snapshot`'s. Past :data:`MAX_TREE` entries the other files are no longer stat'ed, but
+    every directory is still looked into for protected names (a big ``node_modules`` or venv in
+    the project must not hide a ``conftest.py`` planted after it), up to :data:`MAX_WALK`."""
     protected: List[Entry] = []
     stamps: Dict[str, Tuple[int, ...]] = {}
     cargo = os.path.isfile(os.path.join(source_dir, "Cargo.toml"))
+    project_name = first.project_name if first is not None else declared_name(source_dir)
+    hooks_dirs = first.hooks_dirs if first is not None else hooks_paths(source_dir)
     # (directory relative to the root, why its files are protected or "", its view, in a venv:
     # its files are protected)
     stack: List[Tuple[str, str, int, bool]] = [("", "", _WHOLE, False)]
     seen = 0
-    complete = True
+    complete = walked = True
     while stack:
         rel_dir, why_dir, view, env = stack.pop()
         entries = _scandir(os.path.join(source_dir, rel_dir) if rel_dir else source_dir)
         seen += len(entries)
-        if seen > MAX_TREE:
-            complete = False
+        if seen > MAX_WALK:
+            complete = walked = False
             break
+        complete = complete and seen <= MAX_TREE
         env = env or any(e.name == "pyvenv.cfg" for e in entries)
         for item in entries:
             name = item.name
@@ -418,38 +480,106 @@ def snapshot_tree(source_dir: str, first: Optional[Tree] = None) -> Tuple[Tuple[
                 continue  # snapshot()'s (its hooks and configuration, with their bytes)
             rel = f"{rel_dir}/{name}" if rel_dir else name
             try:
-                st = item.stat(follow_symlinks=False)
+                is_dir = item.is_dir(follow_symlinks=False)
             except OSError:
                 continue
-            is_dir = stat.S_ISDIR(st.st_mode)
             output = _output_view(name, cargo) if not rel_dir and is_dir else None
+            if name == RELEASE_DIR and not rel_dir and is_dir:
+                stack.append((rel, "", _WHOLE, False))  # by stat: only a change is reported
+                continue
             if output == -1:
                 if name == "build":  # setuptools' editable link trees are on sys.path
                     stack += [(f"build/{e.name}", "", _NAMED, False) for e in _scandir(os.path.join(source_dir, rel))
                               if e.name.startswith("__editable__") and e.is_dir(follow_symlinks=False)]
                 continue
-            why = why_dir or (_RUN_LATER_DIRS.get(name, "") if is_dir else _RUN_LATER_FILES.get(name, ""))
+            dirs, files = (_RUN_LATER_TOP_DIRS, _RUN_LATER_TOP_FILES) if not rel_dir else \
+                (_RUN_LATER_DIRS, _RUN_LATER_FILES)
+            why = why_dir or (dirs.get(name, "") if is_dir else files.get(name, ""))
+            if is_dir and rel in hooks_dirs:
+                why = why or _HOOKS_WHY
             if is_dir:
                 sub = output if output is not None else \
                     max(view, _NAMED if name.endswith(".egg-info") else _WHOLE)
+                if not why and _foreign_metadata(name, project_name):
+                    # the directory itself too: a created one is removed whole
+                    protected.append(dataclasses.replace(_entry(source_dir, rel, True), rule=RUN_LATER_RULE))
+                    why, sub = _METADATA_WHY, _WHOLE
                 stack.append((rel, why, sub, env))
                 continue
             parts = rel.split("/")
             if _startup_parts(parts) is not None:
-                protected.append(_tree_entry(source_dir, rel, st, STARTUP_RULE, copy=True))
+                rule, copy = STARTUP_RULE, True
             elif view == _COLLECTED:
-                if name in _COLLECTED_NAMES:
-                    protected.append(_tree_entry(source_dir, rel, st, RUN_LATER_RULE, copy=True))
+                if name not in _COLLECTED_NAMES:
+                    continue
+                rule, copy = RUN_LATER_RULE, True
             elif env:
-                protected.append(_tree_entry(source_dir, rel, st, ENV_RULE, copy=False))
+                rule, copy = ENV_RULE, False
             elif why:
-                stamped = any(p in _STAMPED_DIRS for p in parts[:-1])
-                protected.append(_tree_entry(source_dir, rel, st, RUN_LATER_RULE, copy=not stamped))
-            elif view == _WHOLE:
+                rule, copy = RUN_LATER_RULE, not any(p in _STAMPED_DIRS for p in parts[:-1])
+            elif view == _WHOLE and complete:
+                rule, copy = "", False
+            else:
+                continue
+            try:
+                st = item.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if rule:
+                protected.append(_tree_entry(source_dir, rel, st, rule, copy=copy))
+            else:
                 stamps[rel] = _stamp(st)
     if first is None:
-        return tuple(protected), Tree(stamps, frozenset(stamps), complete, complete)
-    return tuple(protected), Tree(stamps, first.baseline, complete, first.baseline_complete)
+        return tuple(protected), Tree(stamps, frozenset(stamps), complete, complete, project_name, walked,
+                                      hooks_dirs)
+    return tuple(protected), Tree(stamps, first.baseline, complete, first.baseline_complete, project_name, walked,
+                                  hooks_dirs)
+
+
+_HOOKS_WHY = "git runs the hooks of the directory core.hooksPath names at the next commit or checkout"
+
+
+def hooks_paths(source_dir: str) -> Tuple[str, ...]:
+    """The directories inside ``source_dir`` that its repository's configuration (``.git/config``,
+    read before the install's first hook call) names as ``core.hooksPath``, relative to it."""
+    data = read_regular(os.path.join(source_dir, ".git", "config"))
+    if data is None:
+        return ()
+    found, section = [], ""
+    for raw in data.decode("utf-8", "replace").splitlines():
+        line = raw.strip()
+        if line.startswith("["):
+            section = line[1:line.find("]")].strip().lower() if "]" in line else ""
+            continue
+        key, sep, value = line.partition("=")
+        if section == "core" and sep and key.strip().lower() == "hookspath":
+            path = os.path.normpath(os.path.join(source_dir, value.strip().strip('"')))
+            rel = os.path.relpath(path, source_dir)
+            if rel != "." and not rel.startswith(".."):
+                found.append(rel.replace(os.sep, "/"))
+    return tuple(found)
+
+
+def declared_name(source_dir: str) -> Optional[str]:
+    """The project's normalised name as its tree declares it (an sdist's PKG-INFO, else
+    pyproject.toml's ``[project]``), or None: read as pipguard (never through a link)."""
+    from pipguard.hookcall import declared_identity
+
+    declared = declared_identity(source_dir)
+    return declared[0] if declared is not None else None
+
+
+def _foreign_metadata(name: str, project_name: Optional[str]) -> bool:
+    """Whether a directory called ``name`` is a distribution's metadata that is not the project's
+    own (every ``.dist-info``; an ``.egg-info`` named for another project)."""
+    if name.endswith(".dist-info"):
+        return True
+    if not name.endswith(".egg-info") or project_name is None:
+        return False  # a setup.py's name is known only once it ran: not judged (docs/sandbox.md)
+    from packaging.utils import canonicalize_name
+
+    stem = name[:-len(".egg-info")].split("-", 1)[0]  # NAME or NAME-VERSION(-pyX.Y)
+    return canonicalize_name(stem) != project_name
 
 
 def _scandir(path: str) -> List[os.DirEntry]:
@@ -473,10 +603,13 @@ def _tree_entry(root: str, rel: str, st: os.stat_result, rule: str, *, copy: boo
 
 def _why_run_later(rel: str) -> str:
     parts = rel.split("/")
-    for part in parts[:-1]:
-        if part in _RUN_LATER_DIRS:
-            return _RUN_LATER_DIRS[part]
-    return _RUN_LATER_FILES.get(parts[-1], "")
+    for i, part in enumerate(parts[:-1]):
+        why = (_RUN_LATER_TOP_DIRS if i == 0 else _RUN_LATER_DIRS).get(part)
+        if why:
+            return why
+    if any(part.endswith(METADATA_SUFFIXES) for part in parts):
+        return _METADATA_WHY
+    return (_RUN_LATER_TOP_FILES if len(parts) == 1 else _RUN_LATER_FILES).get(parts[-1], "")
 
 
 def _judge_startup(rel: str, content: bytes) -> List[Tuple[str, str, str]]:
@@ -502,11 +635,20 @@ def _judge_startup(rel: str, content: bytes) -> List[Tuple[str, str, str]]:
 def _tree_problems(source_dir: str, before: Tree, after: Tree) -> List[Tuple[str, str, str, str]]:
     """(severity, rule, message, path) for the ordinary files a call created, changed or
     removed; informational for what it created, medium for what the user had."""
-    created = sorted(set(after.stamps) - set(before.stamps))
+    def released(rel: str) -> bool:
+        return rel.startswith(RELEASE_DIR + "/")
+
+    created = sorted(rel for rel in set(after.stamps) - set(before.stamps) if not released(rel))
     changed = sorted(rel for rel, stamp in after.stamps.items()
                      if rel in before.stamps and before.stamps[rel] != stamp and rel in before.baseline)
     removed = sorted(rel for rel in set(before.stamps) - set(after.stamps) if rel in before.baseline)
     out: List[Tuple[str, str, str, str]] = []
+    for rel in [r for r in changed + removed if released(r)][:MAX_LISTED]:
+        out.append(("high", RELEASE_RULE, f"the build {'removed' if rel in removed else 'changed'} {rel}, a "
+                    "release file you built (the next upload of dist/ publishes what the build made of it); "
+                    "left as the build made it", rel))
+    changed = [r for r in changed if not released(r)]
+    removed = [r for r in removed if not released(r)]
     for rel in created[:MAX_LISTED]:
         out.append(("info", CREATED_RULE, f"the build created {rel} in your project", rel))
     for rel in changed[:MAX_LISTED]:
@@ -517,10 +659,21 @@ def _tree_problems(source_dir: str, before: Tree, after: Tree) -> List[Tuple[str
                                        ("changed or removed", changed + removed, "medium", CHANGED_RULE)):
         if len(rels) > MAX_LISTED:
             out.append((severity, rule, f"and {len(rels) - MAX_LISTED} more files {what} in your project", ""))
-    for rel in created:
-        if stat.S_ISLNK(after.stamps[rel][0]) and os.path.isdir(os.path.join(source_dir, rel)):
+    real_root = os.path.realpath(source_dir)
+    for rel in created + changed:
+        if not stat.S_ISLNK(after.stamps[rel][0]):
+            continue
+        path = os.path.join(source_dir, rel)
+        target = os.path.realpath(path)
+        if os.path.isdir(path):
             out.append(("critical", RUN_LATER_RULE, f"the build created {rel}, a link to a directory: tools "
                         "walk into it (pytest collects it), and what it leads to was not checked; removed", rel))
+        elif target != real_root and not target.startswith(real_root + "/"):
+            # the next unsandboxed `python -m build` packs what it leads to (~/.ssh/id_rsa as
+            # package data) and the upload publishes it
+            out.append(("critical", RUN_LATER_RULE, f"the build made {rel} a link out of your project "
+                        f"({target}): tools that follow it (setuptools' package data, an archive, an editor) "
+                        "take what it leads to; removed", rel))
     if before.baseline_complete and not after.complete:
         out.append(("high", UNCHECKED_RULE, f"the build grew your project past {MAX_TREE} entries: "
                     "what it wrote there was not checked", ""))

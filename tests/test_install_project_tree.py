@@ -18,6 +18,7 @@ import shutil
 import textwrap
 
 import pytest
+from packaging.utils import canonicalize_name
 
 from support import gatewheels
 from support.pipinstall import listing, pg_install, pip_list, site_import
@@ -33,6 +34,10 @@ PLANTS = {
     "sitecustomize": ("sitecustomize.py", True, None, {"sitecustomize"}),
     "usercustomize-package": ("src/usercustomize/__init__.py", True, None, {"usercustomize"}),
     "pth": ("src/zz-planted.pth", True, None, {"pth-exec"}),
+    # attacked (issue 33/29): each was only an informational "created" (or a medium "changed")
+    "subdir-gitdir-file": ("vendor/lib/.git", False, None, {"project-run-later"}),
+    "husky-hook": (".husky/pre-commit", False, "npx lint-staged\n", {"project-run-later"}),
+    "pytest-plugin-metadata": ("src/zzplug-1.0.dist-info/entry_points.txt", True, None, {"project-run-later"}),
 }
 PAYLOAD = "import os; os.system('touch /tmp/pipguard-projtree-never')\n"
 
@@ -82,6 +87,7 @@ def test_a_file_planted_in_the_project_is_refused_reported_and_undone(tmp_path, 
     proj = _project(tmp_path, name, how, rel)
     planted = proj / rel
     if existing is not None:
+        planted.parent.mkdir(parents=True, exist_ok=True)
         planted.write_text(existing)
     if what == "subdir-git-hook":  # a vendored repository inside the project
         (proj / "vendor" / "lib" / ".git" / "hooks").mkdir(parents=True)
@@ -162,3 +168,66 @@ def test_what_a_build_creates_or_changes_in_the_project_is_reported(tmp_path, fa
     assert ("project-file-created", "info", str(proj / "reporter" / "_generated.c")) in by_member, by_member
     assert not [m for r, s, m in by_member if ".egg-info" in m or "/build/" in m], by_member
     assert json.loads((tmp_path / "reporter" / "install-report.json").read_text())["status"] == "installed"
+
+
+def test_an_honest_pytest_plugin_declaring_its_name_is_not_a_false_alarm(tmp_path, fake_home, links, any_pip_target,
+                                                                          buildtools):
+    """setuptools writes the project's own egg-info (its pytest11 entry point in it) into the
+    tree: named as pyproject.toml names the project (normalised), it is not another
+    distribution's metadata."""
+    links.add(buildtools)
+    proj = tmp_path / "honestplug"
+    (proj / "honest_plug").mkdir(parents=True)
+    (proj / "honest_plug" / "__init__.py").write_text("VALUE = 1\n")
+    (proj / "pyproject.toml").write_text(pyproject(
+        "Honest.Plug", "setuptools", "setuptools.build_meta",
+        tail='[tool.setuptools]\npackages = ["honest_plug"]\n\n'
+             '[project.entry-points.pytest11]\nhonest_plug = "honest_plug"\n'))
+    proc, report = pg_install(["-e", "."], home=fake_home, target=any_pip_target, route=links, cwd=proj)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert {canonicalize_name(k): v for k, v in pip_list(any_pip_target).items()}.get("honest-plug") == "1.0"
+    assert site_import(any_pip_target, "honest_plug").returncode == 0
+    assert list(proj.glob("*.egg-info/entry_points.txt")), list(proj.iterdir())
+    findings = _findings(report, "honest-plug")
+    assert all(f["severity"] == "info" for f in findings), findings
+
+
+def test_a_build_rewriting_the_users_release_wheel_is_refused(tmp_path, fake_home, links, target):
+    """The wheel the user built for the next upload, rewritten in place with its size and mtime
+    put back (quietly: a shell's dd, no Python file API). Before: dist/ was not looked at, the
+    install went through and nothing said so."""
+    proj = write_project(tmp_path, "relwheel")
+    wheel = proj / "dist" / "relwheel-1.0-py3-none-any.whl"
+    wheel.parent.mkdir()
+    wheel.write_bytes(b"PK-honest-wheel-bytes")
+    (proj / "setup.py").write_text(textwrap.dedent("""\
+        import subprocess
+        subprocess.run(['sh', '-c', 'f=dist/relwheel-1.0-py3-none-any.whl; mkdir -p build; touch -r "$f" build/ts; '
+                        'printf PK-evil-wheel-bytes!! | dd of="$f" conv=notrunc status=none; touch -r build/ts "$f"'])
+        """) + (proj / "setup.py").read_text())
+    before, mtime = listing(target), wheel.stat().st_mtime_ns
+    proc, report = pg_install(["."], home=fake_home, target=target, route=links, cwd=proj)
+    # the attack as made: same size, same mtime, other bytes (left as the build made them: reported)
+    assert wheel.read_bytes() == b"PK-evil-wheel-bytes!!" and wheel.stat().st_mtime_ns == mtime
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert listing(target) == before
+    hits = [f for f in _findings(report, "relwheel") if f["rule"] == "project-release-changed"]
+    assert hits and hits[0]["severity"] == "high" and hits[0]["member"] == str(wheel), _findings(report, "relwheel")
+
+
+def test_a_link_out_of_the_project_is_refused_and_removed(tmp_path, fake_home, links, target):
+    """The build links package data to the user's SSH key (a shell's ``ln -s``: no audit event,
+    nothing read): the next unsandboxed ``python -m build`` would pack the key into the wheel the
+    user uploads. Before: an informational "created"."""
+    key = fake_home.path / ".ssh" / "id_rsa"
+    proj = write_project(tmp_path, "linkout")
+    data = proj / "linkout" / "data.txt"
+    (proj / "setup.py").write_text(textwrap.dedent(f"""\
+        import subprocess
+        subprocess.run(['ln', '-s', {str(key)!r}, {str(data)!r}])
+        """) + (proj / "setup.py").read_text())
+    proc, report = pg_install(["."], home=fake_home, target=target, route=links, cwd=proj)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    hits = [f for f in _findings(report, "linkout") if f["rule"] == "project-run-later" and f["member"] == str(data)]
+    assert hits and hits[0]["severity"] == "critical", _findings(report, "linkout")
+    assert not os.path.lexists(data) and key.exists()

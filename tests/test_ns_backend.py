@@ -183,7 +183,13 @@ def test_native_reads_of_credential_decoys_are_reported_under_auto(work, fake_ho
 STORES = {"chrome-cookies": ".config/google-chrome/Default/Cookies",
           "chrome-local-state": ".config/google-chrome/Local State",
           "exodus": ".config/Exodus/exodus.wallet/seed.seco",
-          "electrum": ".electrum/wallets/default_wallet"}
+          "electrum": ".electrum/wallets/default_wallet",
+          # attacked (issue 33/29): each read ENOENT under ns, unreported
+          "edge-login": ".config/microsoft-edge/Default/Login Data",
+          "discord-token": ".config/discord/Local Storage/leveldb/000005.ldb",
+          "telegram": ".local/share/TelegramDesktop/tdata/key_datas",
+          "thunderbird": ".thunderbird/pipguard.default-release/logins.json",
+          "solana": ".config/solana/id.json"}
 STORE_THIEF = textwrap.dedent("""
     import configparser, os, sys
     home, quiet, names = sys.argv[1], sys.argv[2] == "quiet", sys.argv[3:]

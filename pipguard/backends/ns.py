@@ -163,6 +163,8 @@ _FORMATTED = {
     ".mozilla/firefox/profiles.ini": "[Profile0]\nName=default-release\nIsRelative=1\n"
                                      f"Path={rules.FIREFOX_PROFILE}\nDefault=1\n\n"
                                      "[General]\nStartWithLastProfile=1\nVersion=2\n",
+    ".thunderbird/profiles.ini": "[Profile0]\nName=default-release\nIsRelative=1\n"
+                                 f"Path={rules.FIREFOX_PROFILE}\nDefault=1\n",
     "Local State": '{{"os_crypt": {{"encrypted_key": "pipguard-decoy-{token}"}}}}\n',
 }
 _GENERIC = "pipguard-decoy-{token}\n"
