@@ -10,6 +10,7 @@ Safety rules every fixture here enforces:
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -306,6 +307,17 @@ def _nobody_can_run(path: str) -> bool:
     return probe.returncode == 0
 
 
+@contextlib.contextmanager
+def nobody_runs(python: str):
+    """Yield True when ``nobody`` can run ``python`` with pipguard, with search access to /root
+    held for the duration (support.traversable_by: an ACL entry, counted across holders).
+
+    The grant is taken even when nobody can already run it: that may be another holder's grant
+    (a pytest-xdist worker's, a concurrent session's), gone when that holder leaves."""
+    with support.traversable_by("/root", support.NOBODY):
+        yield _nobody_can_run(python)
+
+
 @pytest.fixture(scope="module")
 def nobody_python():
     """Make this interpreter and pipguard usable by ``nobody`` for the module, then restore.
@@ -315,11 +327,8 @@ def nobody_python():
     reset the ACL mask under concurrent root runs of pipguard). Removed at teardown.
     """
     support.need("root")
-    if _nobody_can_run(sys.executable):
-        yield sys.executable
-        return
-    with support.traversable_by("/root", support.NOBODY):
-        if not _nobody_can_run(sys.executable):
+    with nobody_runs(sys.executable) as runs:
+        if not runs:
             pytest.skip(f"nobody cannot run {sys.executable} with pipguard even with search access to /root")
         yield sys.executable
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import conftest
 import pytest
 import support
 from support import users
@@ -51,6 +52,26 @@ def test_a_holder_that_died_holding_does_not_keep_the_grant(closed_dir):
     with users.traversable_by(closed_dir):
         pass
     assert not acl.names_user(closed_dir, NOBODY_ONLY), "a dead holder's lease was counted"
+
+
+def test_nobody_python_holds_its_own_grant_when_another_holder_made_it_runnable():
+    """Found by a parallel run: a worker's nobody_python saw nobody already able to run the
+    interpreter (the other worker's grant on /root), took no grant of its own, and its tests
+    failed with EACCES once the other worker's module ended."""
+    support.need("root")
+    if os.stat("/root").st_mode & 0o001:
+        pytest.skip("/root is searchable by everyone here: no grant is needed")
+    other = users.traversable_by("/root")  # the other worker's module
+    other.__enter__()
+    try:
+        with conftest.nobody_runs(sys.executable) as runs:
+            assert runs
+            other, leaving = None, other
+            leaving.__exit__(None, None, None)
+            assert conftest._nobody_can_run(sys.executable), "the other holder took nobody's access along"
+    finally:
+        if other is not None:
+            other.__exit__(None, None, None)
 
 
 def test_the_tier_summary_counts_every_workers_tests(tmp_path):
