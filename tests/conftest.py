@@ -10,6 +10,7 @@ Safety rules every fixture here enforces:
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -58,9 +59,11 @@ def pytest_sessionfinish(session, exitstatus):
 TIER_ORDER = ("unit", "sandbox", "install", "slow")
 TIERS = {
     # unit: in this process, no process spawned (checked: see _UnitSpawnGuard), seconds.
+    "test_attack_gate": "unit",  # its tests that need pip are lifted to install by their fixtures
     "test_cli_fastpath": "unit",
     "test_gate": "unit",
     "test_gate_cache": "unit",
+    "test_srcguard_tree": "unit",
     "test_hook_perf_semantics": "unit",
     "test_idle_work": "unit",
     "test_lint": "unit",
@@ -81,6 +84,7 @@ TIERS = {
     "test_lifetime": "sandbox",
     "test_ns_backend": "sandbox",
     "test_os_layer_e2e": "sandbox",
+    "test_parallel": "sandbox",  # pytest-xdist: shared leases, the summary of a run with workers
     "test_oslayer": "sandbox",
     "test_responder": "sandbox",
     "test_rules": "sandbox",
@@ -95,6 +99,7 @@ TIERS = {
     "test_install": "install",
     "test_install_attacks": "install",
     "test_install_ns": "install",
+    "test_install_project_tree": "install",
     "test_install_seam": "install",
     "test_install_wheel_truth": "install",
     "test_limits_usage": "install",
@@ -188,6 +193,14 @@ def pytest_collection_finish(session):
     _CLOCK["collected"] = time.monotonic()
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    """Under pytest-xdist the controller collects nothing itself: collection ends when the last
+    worker's does."""
+    _CLOCK["collected"] = time.monotonic()
+    _CLOCK["workers"] = _CLOCK.get("workers", 0) + 1
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     """Per tier: how many tests passed, failed, were skipped, and the seconds they took; then the
     wall time. CI's log says which tiers ran (a tier with nothing run is named as not run)."""
@@ -221,14 +234,20 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         tr.write_line(f"{tier:8} {parts}; {seconds[tier]:.0f} s in tests")
     now = time.monotonic()
     collected, tests, removed = (_CLOCK.get(k, now) for k in ("collected", "tests", "removed"))
+    workers = _CLOCK.get("workers")  # pytest-xdist: "s in tests" add up the workers' seconds
     tr.write_line(f"wall time: {now - _CLOCK['start']:.0f} s (collection {collected - _CLOCK['start']:.0f} s, "
-                  f"tests {tests - collected:.0f} s, removing the temp root {removed - tests:.0f} s)")
+                  f"tests {tests - collected:.0f} s, removing the temp root {removed - tests:.0f} s)"
+                  + (f"; {workers} workers (pytest-xdist)" if workers else ""))
 
 # The corpus and helpers are data for tests, not tests (a corpus setup.py must never be imported).
 collect_ignore = ["packages", "helpers"]
 
 
 def pytest_configure(config):
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: its basetemp is <session's>/gwN
+        from support import pipinstall
+
+        pipinstall.SHARED_TEMPLATES = Path(config.option.basetemp).parent / "venv-templates"
     config.addinivalue_line(
         "markers",
         "requires(cap, abi=None): needs a probed capability (landlock, seccomp, seccomp_user_notif, "
@@ -288,6 +307,17 @@ def _nobody_can_run(path: str) -> bool:
     return probe.returncode == 0
 
 
+@contextlib.contextmanager
+def nobody_runs(python: str):
+    """Yield True when ``nobody`` can run ``python`` with pipguard, with search access to /root
+    held for the duration (support.traversable_by: an ACL entry, counted across holders).
+
+    The grant is taken even when nobody can already run it: that may be another holder's grant
+    (a pytest-xdist worker's, a concurrent session's), gone when that holder leaves."""
+    with support.traversable_by("/root", support.NOBODY):
+        yield _nobody_can_run(python)
+
+
 @pytest.fixture(scope="module")
 def nobody_python():
     """Make this interpreter and pipguard usable by ``nobody`` for the module, then restore.
@@ -297,11 +327,8 @@ def nobody_python():
     reset the ACL mask under concurrent root runs of pipguard). Removed at teardown.
     """
     support.need("root")
-    if _nobody_can_run(sys.executable):
-        yield sys.executable
-        return
-    with support.traversable_by("/root", support.NOBODY):
-        if not _nobody_can_run(sys.executable):
+    with nobody_runs(sys.executable) as runs:
+        if not runs:
             pytest.skip(f"nobody cannot run {sys.executable} with pipguard even with search access to /root")
         yield sys.executable
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from support import build_sdist
-from support.pipinstall import PY, listing, pg_install, site_import
+from support.pipinstall import PY, listing, make_venv, pg_install, site_import
 
 BACKEND = '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
 
@@ -65,7 +65,7 @@ def approve(cwd: Path, report: Path, *extra: str, env=None) -> subprocess.Comple
 
 
 # ------------------------------------------------------------------ runtime attempt approvals
-def test_approved_attempt_passes_changed_artifact_refuses(tmp_path, fake_home, route, target):
+def test_approved_attempt_passes_changed_artifact_refuses(tmp_path, fake_home, route, target, wheelhouse):
     """Issue 13 items 4 and 5: a build's refused semaphore in /dev/shm refuses the install (a
     finding on the plain backend); approved for that sdist's sha256 it installs, and nothing was
     written to /dev/shm; the same package with other bytes refuses again."""
@@ -118,8 +118,7 @@ def test_approved_attempt_passes_changed_artifact_refuses(tmp_path, fake_home, r
     assert not {n for n in set(os.listdir("/dev/shm")) - shm_before if n.startswith("sem.")}
 
     # a changed artifact (same name and version, other bytes) needs a new approval
-    target2 = tmp_path / "target2"
-    subprocess.run([PY, "-m", "venv", str(target2)], check=True)
+    target2 = make_venv(tmp_path / "target2", "bundled", wheelhouse)
     sdist.unlink()
     changed = write_sdist(tmp_path, extra, "semabuild", SEMAPHORE_SETUP.format(name="semabuild", pkg="semabuild"),
                           salt="changed")

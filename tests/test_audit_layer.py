@@ -4,7 +4,6 @@ asserts the action failed AND the report holds the blocked event."""
 
 from __future__ import annotations
 
-import os
 import sys
 import textwrap
 
@@ -303,29 +302,12 @@ def test_setup_py_steal_under_real_pip_build_isolation(work, fake_home, wheelhou
 
 
 @pytest.fixture(scope="session")
-def pip26_python(tmp_path_factory):
-    """A venv with pip 26 (whose build env is a real venv with PYTHONPATH=''),
-    made once per cache; skipped offline unless strict."""
-    import subprocess
+def pip26_python(tmp_path_factory, wheelhouse):
+    """A venv with pip 26 (whose build env is a real venv with PYTHONPATH=''), made once per
+    session from the wheelhouse (support.pipinstall.make_venv: the template venvs)."""
+    from support.pipinstall import make_venv
 
-    from support import strict
-
-    cache = os.environ.get("PIPGUARD_TEST_CACHE", os.path.expanduser("~/.cache/pipguard-tests"))
-    venv = os.path.join(cache, "pip26-venv")
-    python = os.path.join(venv, "bin", "python")
-    check = subprocess.run([python, "-m", "pip", "--version"], capture_output=True, text=True) \
-        if os.path.exists(python) else None
-    if check is None or check.returncode != 0 or " 26." not in check.stdout:
-        subprocess.run([sys.executable, "-m", "venv", "--clear", venv], check=True)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
-        env["PIP_CONFIG_FILE"] = os.devnull
-        got = subprocess.run([python, "-m", "pip", "install", "-q", "pip==26.3"], env=env,
-                             capture_output=True, text=True)
-        if got.returncode != 0:
-            if strict():
-                pytest.fail("cannot install pip 26.3: " + got.stderr[-500:])
-            pytest.skip("pip 26.3 not installable (offline?)")
-    return python
+    return str(make_venv(tmp_path_factory.mktemp("pip26") / "venv", "26.3", wheelhouse) / "bin" / "python")
 
 
 def test_setup_py_steal_under_pip26_venv_build_env(work, fake_home, wheelhouse, corpus_sdist,

@@ -259,9 +259,11 @@ def test_timeout(work, fake_home, backend):
 
 
 def test_timeout_plain_sleep(work, fake_home):
-    r = run_os(["sleep", "30"], work, fake_home, "--timeout", "1", timeout=60)
+    # a duration no other process on the machine has (another session's, a shell loop's `sleep 30`)
+    duration = f"30.{os.getpid()}{time.monotonic_ns() % 1000:03d}"
+    r = run_os(["sleep", duration], work, fake_home, "--timeout", "1", timeout=60)
     assert r.returncode == 124 and r.report["timed_out"] is True and r.report["exit_code"] == -9
-    assert not [a for a in pg.live_argvs() if a == ["sleep", "30"]]
+    assert not [a for a in pg.live_argvs() if a == ["sleep", duration]]
 
 
 def test_event_list_is_capped(work, fake_home):

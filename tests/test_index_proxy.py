@@ -17,7 +17,7 @@ import pytest
 from pg import pipguard
 from support import build_sdist
 from support.corpus import project
-from support.pipinstall import listing
+from support.pipinstall import listing, make_venv
 from support.probes import ATTEMPT
 
 PY = sys.executable
@@ -90,8 +90,7 @@ def test_native_connect_with_index_only_network(tmp_path, fake_home, index, loop
 
 
 def test_install_from_a_find_links_url(tmp_path, fake_home, index, wheelhouse, loopback_tcp):
-    venv = tmp_path / "target"
-    subprocess.run([PY, "-m", "venv", str(venv)], check=True)
+    venv = make_venv(tmp_path / "target", "bundled", wheelhouse)
     report = tmp_path / "r.json"
     base = [PY, "-m", "pipguard", "install", "--sandbox", "--python", str(venv / "bin" / "python"),
             "--no-index", "-f", index.url, "--report", str(report)]

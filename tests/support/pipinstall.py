@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import base64
+import fcntl
 import hashlib
 import json
 import os
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Optional
 
 from .index import LoopbackIndex
 
@@ -73,15 +75,37 @@ def _make_venv_with_pip(path: Path, pip: str, wheelhouse: Path) -> Path:
 
 
 _TEMPLATES: dict = {}
+#: set by tests/conftest.py in a pytest-xdist worker: a directory the session's workers share
+#: (their basetemps' parent), so the templates are made once per session, not once per worker
+SHARED_TEMPLATES: Optional[Path] = None
 
 
 def _venv_template(pip: str, wheelhouse: Path) -> Path:
-    """``python -m venv`` (+ ``pip install pip==<pip>``), made once per process and kept until it ends."""
+    """``python -m venv`` (+ ``pip install pip==<pip>``), made once per process and kept until it
+    ends; in a pytest-xdist worker, once per session in SHARED_TEMPLATES, under a lock there (the
+    first worker makes it, the others wait and copy from it; removed with the session's temp dir)."""
     if pip not in _TEMPLATES:
-        base = Path(tempfile.mkdtemp(prefix="venv-template-"))
-        atexit.register(shutil.rmtree, base, True)
-        _TEMPLATES[pip] = _make_venv_with_pip(base / "venv", pip, wheelhouse)
+        if SHARED_TEMPLATES is None:
+            base = Path(tempfile.mkdtemp(prefix="venv-template-"))
+            atexit.register(shutil.rmtree, base, True)
+            _TEMPLATES[pip] = _make_venv_with_pip(base / "venv", pip, wheelhouse)
+        else:
+            _TEMPLATES[pip] = _shared_template(SHARED_TEMPLATES, pip, wheelhouse)
     return _TEMPLATES[pip]
+
+
+def _shared_template(shared: Path, pip: str, wheelhouse: Path) -> Path:
+    venv, complete = shared / pip / "venv", shared / pip / "complete"
+    shared.mkdir(parents=True, exist_ok=True)
+    with open(shared / f"{pip}.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not complete.exists():
+            # made at its final path (its scripts name it): a worker that died half way left a
+            # partial one without the mark, made again
+            shutil.rmtree(venv.parent, ignore_errors=True)
+            _make_venv_with_pip(venv, pip, wheelhouse)
+            complete.touch()
+    return venv
 
 
 class Route:

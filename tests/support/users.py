@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import shutil
 import subprocess
+import uuid
+from pathlib import Path
 
 from .gates import need
 
@@ -40,6 +44,11 @@ def traversable_by(path: str, uid: int = NOBODY):
     ACL mask, taking away the entries that concurrent pipguard runs (as root, their sandbox users)
     hold on the same directory (``/root`` for a pyenv interpreter). Holds pipguard's ACL lock while
     it changes the ACL, as pipguard does.
+
+    ``nobody`` is one uid for every holder (pytest-xdist workers, concurrent sessions), unlike a
+    leased sandbox uid: each holder leaves a lease file (named by its pid) in pipguard's state dir,
+    the first one in grants, and the last one out revokes, restoring what was there before the
+    first grant. A holder that died without leaving is not counted (its pid is gone).
     """
     from pipguard import acl, sandbox_user
 
@@ -47,10 +56,38 @@ def traversable_by(path: str, uid: int = NOBODY):
     if mode & 0o001:
         yield
         return
+    key = hashlib.sha256(f"{uid}:{os.path.realpath(path)}".encode()).hexdigest()[:16]
+    holders = Path(sandbox_user._state_dir()) / "tests-traversable" / key
+    mine = holders / f"{os.getpid()}-{uuid.uuid4().hex}"
     with sandbox_user.acl_lock():
-        had = acl.grant_user(path, uid, sandbox_user.X)
+        holders.mkdir(parents=True, exist_ok=True)
+        if not _live_holders(holders):
+            (holders / "had-acl").write_text(str(int(acl.grant_user(path, uid, sandbox_user.X))))
+        mine.touch()
     try:
         yield
     finally:
         with sandbox_user.acl_lock():
-            acl.revoke_user(path, uid, had)
+            mine.unlink()
+            if not _live_holders(holders):
+                had = (holders / "had-acl").read_text() == "1"
+                acl.revoke_user(path, uid, had)
+                shutil.rmtree(holders, ignore_errors=True)
+
+
+def _live_holders(holders: Path) -> list:
+    """The lease files in ``holders`` whose process is alive; those of dead ones are removed."""
+    live = []
+    for lease in holders.iterdir():
+        pid = lease.name.split("-", 1)[0]
+        if not pid.isdigit():
+            continue  # had-acl
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            lease.unlink(missing_ok=True)
+            continue
+        except PermissionError:
+            pass
+        live.append(lease)
+    return live
