@@ -201,22 +201,23 @@ def _assert_daemon_gone(r, argv_expected=None):
 
 
 def test_daemon_setsid_background_killed(work, fake_home, backend):
-    marker = "300"
-    assert not sleeps(marker), "a stale `sleep 300` is running; cannot test"
-    r = run_os(["sh", "-c", "(setsid sleep 300 &) ; exit 0"], work, fake_home, timeout=60, backend=backend)
+    # a duration no other program on the machine sleeps for: `sleeps` looks at every process
+    marker = "300.0417"
+    assert not sleeps(marker), "a stale `sleep 300.0417` is running; cannot test"
+    r = run_os(["sh", "-c", "(setsid sleep 300.0417 &) ; exit 0"], work, fake_home, timeout=60, backend=backend)
     assert r.returncode == 0 and r.report["exit_code"] == 0
     _assert_daemon_gone(r)
     assert not sleeps(marker)
 
 
 def test_daemon_that_is_running_is_killed_and_named(work, fake_home):
-    assert not sleeps("300")
-    r = run_os(["sh", "-c", "(setsid sleep 300 &) ; sleep 0.5; exit 0"], work, fake_home, timeout=60)
+    assert not sleeps("300.0417")
+    r = run_os(["sh", "-c", "(setsid sleep 300.0417 &) ; sleep 0.5; exit 0"], work, fake_home, timeout=60)
     assert r.returncode == 0
-    _assert_daemon_gone(r, ["sleep", "300"])
-    daemon = [p for p in r.report["processes"] if p["argv"] == ["sleep", "300"]][0]
+    _assert_daemon_gone(r, ["sleep", "300.0417"])
+    daemon = [p for p in r.report["processes"] if p["argv"] == ["sleep", "300.0417"]][0]
     assert daemon["ppid"] != 0
-    assert not sleeps("300")
+    assert not sleeps("300.0417")
 
 
 def test_python_double_fork_daemon_killed(work, fake_home):
@@ -226,16 +227,16 @@ def test_python_double_fork_daemon_killed(work, fake_home):
         if os.fork() == 0:
             os.setsid()
             if os.fork() == 0:
-                os.execv("/bin/sleep", ["sleep", "300"])
+                os.execv("/bin/sleep", ["sleep", "300.0417"])
             os._exit(0)
         time.sleep(0.5)
         print("parent done", flush=True)
     """))
-    assert not sleeps("300")
+    assert not sleeps("300.0417")
     r = run_os([PY, script], work, fake_home, timeout=60)
     assert r.returncode == 0 and "parent done" in r.stdout, r.stderr
-    _assert_daemon_gone(r, ["sleep", "300"])
-    assert not sleeps("300")
+    _assert_daemon_gone(r, ["sleep", "300.0417"])
+    assert not sleeps("300.0417")
 
 
 def test_command_sigkills_itself(work, fake_home, backend):
