@@ -71,6 +71,7 @@ TIERS = {
     "test_render": "unit",
     "test_render_safe": "unit",
     "test_tiers": "unit",
+    "test_tempdirs": "sandbox",
     "test_wheelpaths": "unit",
     # sandbox: real sandboxed processes (pipguard run, the API, the OS layer on the kernel).
     "test_api_citizen": "sandbox",
@@ -118,6 +119,7 @@ TIER_FIXTURES = {
 }
 TIER_MARKERS = {"network_index": "slow"}  # a test needing the real package index is slow
 TIER_OVERRIDES = {  # "test_module::test_name" (no parameters) -> tier
+    "test_srcguard_tree::test_a_hooks_directory_nested_past_the_recursion_limit_is_refused_and_removed": "sandbox",
     "test_gate::test_setuptools_editable_finder_is_informational_for_its_project": "install",  # runs the real
     "test_gate::test_setuptools_editable_path_line_is_informational_for_its_project": "install",  # build backend
     "test_gate::test_editables_bootstrap_is_informational_for_its_project": "install",
