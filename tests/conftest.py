@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import shutil
 import subprocess
 import sys
@@ -246,6 +247,12 @@ collect_ignore = ["packages", "helpers"]
 
 
 def pytest_configure(config):
+    # A shell starts a background job (`.ci/run &` in a non-interactive script) with SIGINT
+    # ignored, and an ignored signal stays ignored in every child: pipguard then rightly
+    # ignores the Ctrl-C the interrupt tests send it, and they hang until their timeout.
+    # The tests model a terminal user, whose Ctrl-C reaches pipguard: give them that.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if hasattr(config, "workerinput"):  # a pytest-xdist worker: its basetemp is <session's>/gwN
         from support import pipinstall
 

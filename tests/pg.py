@@ -116,8 +116,8 @@ def cli(args, *, cwd, env, pass_fds=(), runner=subprocess.run, timeout=180) -> R
     return Result(proc.returncode, proc.stdout, proc.stderr, data)
 
 
-def live_argvs():
-    """argv of every live (non-zombie) process on the machine."""
+def live_processes():
+    """(pid, argv) of every live (non-zombie) process on the machine."""
     out = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -128,10 +128,15 @@ def live_argvs():
             if stat[stat.rfind(b")") + 2:].split()[0] == b"Z":
                 continue
             with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                out.append([a.decode(errors="replace") for a in fh.read().split(b"\0") if a])
+                out.append((int(entry), [a.decode(errors="replace") for a in fh.read().split(b"\0") if a]))
         except OSError:
             continue
     return out
+
+
+def live_argvs():
+    """argv of every live (non-zombie) process on the machine."""
+    return [argv for _pid, argv in live_processes()]
 
 
 def run_os(argv: Sequence[object], work: os.PathLike, home, *extra: str, env_extra: Optional[dict] = None,

@@ -25,6 +25,27 @@ def _shells_with(marker: str) -> list:
     return [argv for argv in _alive_with(marker) if argv[0] == "sh"]
 
 
+_STARTED: list = []  # (pipguard process, marker) of the running test
+
+
+@pytest.fixture(autouse=True)
+def _no_tree_outlives_its_test():
+    """A failing test (pipguard not stopping) must not leave a busy loop running
+    for the rest of the session: kill what the test started, whatever happened."""
+    yield
+    while _STARTED:
+        proc, marker = _STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid, argv in pg.live_processes():
+            if any(marker in a for a in argv):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+
 def _start(work, fake_home, script: str, marker: str, ready: int) -> subprocess.Popen:
     """``pipguard run -- sh -c SCRIPT``, returned once ``ready`` shells carry
     ``marker`` (a readiness poll, no timing assertion)."""
@@ -32,6 +53,7 @@ def _start(work, fake_home, script: str, marker: str, ready: int) -> subprocess.
         [sys.executable, "-m", "pipguard", "run", "--report", str(work / "r.json"), "--", "sh",
          "-c", script],
         cwd=work, env=fake_home.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _STARTED.append((proc, marker))
     for _ in range(100):
         if len(_shells_with(marker)) >= ready:
             break
