@@ -66,6 +66,7 @@ TIERS = {
     "test_srcguard_tree": "unit",
     "test_hook_perf_semantics": "unit",
     "test_idle_work": "unit",
+    "test_layout": "unit",
     "test_lint": "unit",
     "test_protections": "unit",
     "test_render": "unit",
