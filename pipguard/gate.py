@@ -30,6 +30,8 @@ from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Set, Tup
 
 from pipguard import pthshapes, wheelpaths
 from pipguard.errors import PipError, UsageError
+from pipguard.findings import (BLOCKING_SEVERITIES, CRITICAL, HIGH, INFO, MAX_EVIDENCE, MEDIUM,  # noqa: F401
+                               SEVERITIES, SEVERITY_RANK as _RANK, Finding)
 from pipguard.wheelpaths import ROOT
 
 __all__ = [
@@ -38,26 +40,12 @@ __all__ = [
     "target_layout",
 ]
 
-CRITICAL = "critical"
-HIGH = "high"
-MEDIUM = "medium"
-#: Something the gate recognised as what a known tool writes (a coverage hook, an editable
-#: finder): reported so a reader sees it, never suspicious.
-INFO = "info"
-SEVERITIES = (CRITICAL, HIGH, MEDIUM, INFO)
-_RANK = {CRITICAL: 0, HIGH: 1, MEDIUM: 2, INFO: 3}
-#: Severities that refuse an install by default; medium and info findings are informational.
-BLOCKING_SEVERITIES = (CRITICAL, HIGH)
-
 #: At most this many findings per artifact; the last slot then says how many were dropped.
 MAX_FINDINGS = 100
 #: A site-level ``.pth`` larger than this is not read; it is reported unread (fail closed).
 MAX_PTH_BYTES = 10 * 1024 * 1024
 #: Total uncompressed bytes hashed for the RECORD check; past it the rest is reported unverified.
 MAX_HASH_BYTES = 4 * 1024 * 1024 * 1024
-#: Evidence is truncated to this many characters.
-MAX_EVIDENCE = 200
-
 #: Commands that a console script or installed script must not take over. Compared after
 #: lower-casing and dropping a Windows executable suffix; ``python3.12``-style names count too.
 SHADOWED_COMMANDS: Tuple[str, ...] = (
@@ -101,36 +89,6 @@ _IMPORTABLE_SUFFIXES = ("py", "pyc", "pyo", "pyw", "so", "pyd")
 _WEAK_HASHES = ("md5", "sha1", "sha224")
 _WHEEL_NAME = re.compile(r"^(?P<name>[^-]+)-(?P<ver>[^-]+)(?:-[^-]+)?-[^-]+-[^-]+-[^-]+\.whl$",
                          re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One thing the gate saw in one artifact.
-
-    ``member`` is the path inside the archive (``""`` for the archive as a whole); ``line`` is the
-    1-based line in that member, ``None`` when the finding is about the member itself; ``evidence``
-    is the offending text, at most ``MAX_EVIDENCE`` characters.
-    """
-
-    package: str
-    artifact: str
-    severity: str
-    rule: str
-    member: str
-    line: Optional[int]
-    message: str
-    evidence: str
-
-    def __post_init__(self) -> None:
-        if self.severity not in SEVERITIES:
-            raise ValueError(f"unknown severity {self.severity!r}")
-        if len(self.evidence) > MAX_EVIDENCE:
-            object.__setattr__(self, "evidence", self.evidence[:MAX_EVIDENCE - 1] + "\u2026")
-
-    def to_dict(self) -> dict:
-        return {"package": self.package, "artifact": self.artifact, "severity": self.severity,
-                "rule": self.rule, "member": self.member, "line": self.line,
-                "message": self.message, "evidence": self.evidence}
 
 
 class _Collector:

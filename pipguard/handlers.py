@@ -37,7 +37,7 @@ from pipguard import notify, rules
 from pipguard.evidence import Collector
 from pipguard.lifetime import Lifetime
 from pipguard.oslayer.seccomp import CLONE_NAMESPACES
-from pipguard.plan import HOOK_DIR, SYSTEM_READ, Plan
+from pipguard.plan import HOOK_DIR, Plan
 from pipguard.report import ALLOWED, BLOCKED, ProcessRecord
 
 #: the open flags that make an open a write (the native responder gets the same mask)
@@ -113,7 +113,7 @@ class Handlers:
                                        plan.namespace_tmpfs)
         #: the write roots that are bound from the host (same path inside and out)
         self._host_write = tuple(r for r in self._grants.write if r not in self._grants.namespace_own)
-        tables = rules.native_tables(self._grants, SYSTEM_READ)
+        tables = rules.native_tables(self._grants, rules.SYSTEM_READ)
         #: the prefixes the native responder answers itself (fixed_fast, read_fast, write_fast, never_fast)
         self.fast_tables = {name: tuple(tables[name])
                             for name in ("fixed_fast", "read_fast", "write_fast", "never_fast")}

@@ -228,11 +228,11 @@ def _build_env_roots(env: Dict[str, str], python: str) -> List[str]:
 
 def source_identity(source_dir: str) -> Tuple[str, str]:
     """(canonical name, version) of the project in ``source_dir``, for the
-    report only: what it declares (:func:`declared_identity`), else pip's
+    report only: what it declares (:func:`srcguard.declared_identity`), else pip's
     directory name (``NAME_HASH``) or the directory's name."""
     from packaging.utils import canonicalize_name
 
-    declared = declared_identity(source_dir)
+    declared = srcguard.declared_identity(source_dir)
     if declared is not None:
         return declared
     base = os.path.basename(source_dir.rstrip("/"))
@@ -240,28 +240,6 @@ def source_identity(source_dir: str) -> Tuple[str, str]:
     if sep and len(tail) >= 8 and tail.isalnum():
         base = head  # pip's NAME_HASH unpack directory
     return canonicalize_name(base), ""
-
-
-def declared_identity(source_dir: str) -> Optional[Tuple[str, str]]:
-    """(canonical name, version) the project in ``source_dir`` declares: PKG-INFO of an
-    sdist, else pyproject.toml's ``[project]``; None when neither names it."""
-    from packaging.utils import canonicalize_name
-
-    # The previous hook call could write these (its own tree): read them as pipguard, not
-    # sandboxed, only if each is a regular file — never through a symlink, a FIFO or a device.
-    data = srcguard.read_regular(os.path.join(source_dir, "PKG-INFO"))
-    if data is not None:
-        meta = email.parser.BytesParser().parsebytes(data, headersonly=True)
-        if meta.get("Name"):
-            return canonicalize_name(str(meta["Name"])), str(meta.get("Version") or "")
-    try:
-        project = _load_toml(os.path.join(source_dir, "pyproject.toml")).get("project", {})
-        if isinstance(project, dict) and isinstance(project.get("name"), str):
-            version = project.get("version")
-            return canonicalize_name(project["name"]), version if isinstance(version, str) else ""
-    except (OSError, ValueError):
-        pass
-    return None
 
 
 def declared_url_requirements(source_dir: str) -> FrozenSet[Tuple[str, str]]:
@@ -277,7 +255,7 @@ def declared_url_requirements(source_dir: str) -> FrozenSet[Tuple[str, str]]:
     from packaging.utils import canonicalize_name
 
     try:
-        project = _load_toml(os.path.join(source_dir, "pyproject.toml")).get("project")
+        project = srcguard.load_toml(os.path.join(source_dir, "pyproject.toml")).get("project")
     except (OSError, ValueError):
         return frozenset()
     if not isinstance(project, dict):
@@ -300,17 +278,6 @@ def declared_url_requirements(source_dir: str) -> FrozenSet[Tuple[str, str]]:
         if requirement is not None and requirement.url:
             out.add((canonicalize_name(requirement.name), requirement.url))
     return frozenset(out)
-
-
-def _load_toml(path: str) -> dict:
-    try:
-        import tomllib  # Python >= 3.11
-    except ImportError:  # pragma: no cover - depends on the interpreter
-        import tomli as tomllib  # type: ignore[no-redef]
-    data = srcguard.read_regular(path)
-    if data is None:
-        raise OSError(f"{path}: not a regular file")
-    return tomllib.loads(data.decode("utf-8"))
 
 
 def sandbox_policy(call: HookCall, *, isolation: str, build_hosts: Sequence[HostPort],

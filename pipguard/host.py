@@ -15,9 +15,12 @@ import select
 import signal
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 
 from pipguard.errors import KernelError
+
+if TYPE_CHECKING:
+    from pipguard.sandbox_user import SandboxUser
 
 SUPPORTED_MACHINES = ("x86_64", "aarch64")
 CLONE_NEWUSER = 0x10000000
@@ -301,3 +304,14 @@ def _userns() -> Tuple[bool, str]:
         return True, ""
 
     return _in_child(body)
+
+
+def summary(user: Optional["SandboxUser"] = None) -> dict:
+    """The report's ``host``: this system, and the uid/gid the sandboxed command ran as."""
+    euid = os.geteuid() if hasattr(os, "geteuid") else None
+    return {"system": platform.system(), "release": platform.release(),
+            "machine": platform.machine(), "python": platform.python_version(),
+            "euid": euid,
+            # the uid/gid the sandboxed command ran as: a leased one as root, ours otherwise
+            "sandbox_uid": user.uid if user else euid,
+            "sandbox_gid": user.gid if user else (os.getegid() if hasattr(os, "getegid") else None)}

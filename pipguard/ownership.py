@@ -250,7 +250,7 @@ def check_ownership(wheels: Sequence[WheelToInstall], target: TargetLayout) -> l
     wheel in ``wheels``. A path the wheel's own distribution already owns (upgrade, reinstall) is
     fine. An empty ``wheels`` gives no finding.
     """
-    from pipguard.gate import CRITICAL, Finding  # gate re-exports this function
+    from pipguard.findings import CRITICAL, Finding
 
     dirs = _real_dirs(target)
     installed = installed_owners(target)
@@ -288,7 +288,7 @@ def _shadowing(name: str, artifact: str, files: List[Tuple[str, str]], dirs: Dic
     name are a namespace shared as designed (and their files meet the overwrite check); an entry
     of the wheel's own distribution (an upgrade) is fine. ``present`` gains the wheel's roots, so
     a second wheel of the same install is judged against the first."""
-    from pipguard.gate import CRITICAL, Finding
+    from pipguard.findings import CRITICAL, Finding
 
     out = []
     sites = dict.fromkeys((dirs["purelib"], dirs["platlib"]))

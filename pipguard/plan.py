@@ -82,10 +82,6 @@ ENV_ALLOW = frozenset(
 )
 ENV_ALLOW_PREFIXES = ("LC_",)
 
-# System directories a build reads. Home directories are excluded wholesale:
-# Landlock cannot subtract a subtree from a grant, so the list is built around them.
-SYSTEM_READ = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
-               "/opt", "/nix", "/gnu", "/snap", "/sys", "/proc", "/var/lib/dpkg")
 # /etc is granted entry by entry around the rule table's system secrets
 # (rules.ETC_SECRETS: password hashes, host keys, private TLS keys, pip's
 # site-wide config...): see grants_excluding().
@@ -454,7 +450,7 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
             unavailable["os"] = os_reason
         else:
             # System dirs never widen into a home (HOME=/opt/ci under /opt).
-            system = [g for root in SYSTEM_READ for g in grants_excluding(root, homes)]
+            system = [g for root in rules.SYSTEM_READ for g in grants_excluding(root, homes)]
             readable = [*system, *_etc_entries(), *read_roots]
             if in_ns:
                 from pipguard.backends import ns

@@ -21,6 +21,11 @@ from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tup
 BLOCKED, ALLOWED = "blocked", "allowed"
 FINDING, INFO = "finding", "info"
 
+# System directories a build reads. Home directories are excluded wholesale:
+# Landlock cannot subtract a subtree from a grant, so the list is built around them.
+SYSTEM_READ = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+               "/opt", "/nix", "/gnu", "/snap", "/sys", "/proc", "/var/lib/dpkg")
+
 # Credential stores, relative to any home (the real ones and the sandbox's decoy):
 # reading one is refused and a finding everywhere, also in the decoy home where it
 # can only reveal the intent. Writing one is refused outside the decoy home.

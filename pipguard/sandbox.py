@@ -10,7 +10,6 @@ Data flows one way: policy -> plan -> launcher -> supervisor -> report.
 from __future__ import annotations
 
 import os
-import platform
 import sys
 import time
 from typing import Callable, List, Mapping, Optional, Sequence
@@ -18,6 +17,7 @@ from typing import Callable, List, Mapping, Optional, Sequence
 import pipguard
 from pipguard import exitcodes, filemodes, files, limits, protections, sandbox_user
 from pipguard.errors import PipguardError
+from pipguard.host import summary as host_summary
 from pipguard.plan import Plan, cleanup, defer_kernel_wait, make_plan, on_idle, precompile_hook
 
 HOOK_CONFIG = "PIPGUARD_HOOK"
@@ -36,16 +36,6 @@ def _os_layer_possible() -> "tuple[bool, str]":
         if importlib.util.find_spec(name) is None:
             return False, f"missing Python package: {name}"
     return True, ""
-
-
-def _host_summary(user: Optional[sandbox_user.SandboxUser] = None) -> dict:
-    euid = os.geteuid() if hasattr(os, "geteuid") else None
-    return {"system": platform.system(), "release": platform.release(),
-            "machine": platform.machine(), "python": platform.python_version(),
-            "euid": euid,
-            # the uid/gid the sandboxed command ran as: a leased one as root, ours otherwise
-            "sandbox_uid": user.uid if user else euid,
-            "sandbox_gid": user.gid if user else (os.getegid() if hasattr(os, "getegid") else None)}
 
 
 def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[str] = None,
@@ -333,7 +323,7 @@ def _report(plan: Plan, started, evidence, written, started_at: float,
             for s in protections.reconcile(plan.protections, applied, unavailable)}),
         events=events, processes=tuple(processes), network=tuple(evidence.network),
         files_written=tuple(written), env_removed=plan.env_removed,
-        events_dropped=evidence.dropped, policy=plan.settings.policy_json, host=_host_summary(user),
+        events_dropped=evidence.dropped, policy=plan.settings.policy_json, host=host_summary(user),
         cwd=plan.cwd, started_at=started_at, duration=round(time.time() - started_at, 4),
         error=error, tool_version=pipguard.__version__, supervision=dict(evidence.supervision),
         limits=limits.recorded(prepared, started.process.usage, max((f.size for f in written), default=None)),

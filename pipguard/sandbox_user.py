@@ -58,7 +58,7 @@ from dataclasses import dataclass
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
 from pipguard import acl, files, rules
-from pipguard.errors import SandboxUserError
+from pipguard.errors import PipguardError, SandboxUserError
 
 #: sandbox uids (and gids): 1000 concurrent runs
 UIDS = range(1_860_000, 1_861_000)
@@ -692,3 +692,26 @@ def prepare(plan, allow_read: Sequence[str] = ()) -> Lease:
 
 
 __all__ = ["SandboxUser", "Lease", "UIDS", "acl_lock", "hook_config", "lease", "needed", "prepare", "undo", "kill_all", "processes_of"]
+
+
+def switch_to(uid: int, gid: int) -> None:
+    """Switch this root process to ``uid``/``gid`` for good (no supplementary
+    groups) and keep it able to take its own children's seccomp listeners.
+    The pkgbuild build user and the VM guest's pipguard both switch with it."""
+    # groups and gid first, while CAP_SETGID is still there
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    if os.getuid() != uid or os.geteuid() != uid:
+        raise PipguardError(f"could not switch to uid {uid}")
+    # A uid change clears the dumpable flag (and a forked child inherits it);
+    # the supervisor needs it set to take its own child's seccomp listener
+    # (pidfd_getfd checks ptrace access: without it EPERM, no supervisor, and
+    # every notified syscall, exec first, then fails with ENOSYS). Sandboxed
+    # processes still cannot ptrace this process: Landlock forbids tracing
+    # outside their domain.
+    PR_SET_DUMPABLE = 4
+    import ctypes
+
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0:
+        raise PipguardError("could not make the process traceable by itself (prctl PR_SET_DUMPABLE)")

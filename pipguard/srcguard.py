@@ -25,6 +25,7 @@ the user's own).
 from __future__ import annotations
 
 import dataclasses
+import email.parser
 import os
 import stat
 from dataclasses import dataclass
@@ -560,11 +561,43 @@ def hooks_paths(source_dir: str) -> Tuple[str, ...]:
     return tuple(found)
 
 
+def declared_identity(source_dir: str) -> Optional[Tuple[str, str]]:
+    """(canonical name, version) the project in ``source_dir`` declares: PKG-INFO of an
+    sdist, else pyproject.toml's ``[project]``; None when neither names it."""
+    from packaging.utils import canonicalize_name
+
+    # The previous hook call could write these (its own tree): read them as pipguard, not
+    # sandboxed, only if each is a regular file — never through a symlink, a FIFO or a device.
+    data = read_regular(os.path.join(source_dir, "PKG-INFO"))
+    if data is not None:
+        meta = email.parser.BytesParser().parsebytes(data, headersonly=True)
+        if meta.get("Name"):
+            return canonicalize_name(str(meta["Name"])), str(meta.get("Version") or "")
+    try:
+        project = load_toml(os.path.join(source_dir, "pyproject.toml")).get("project", {})
+        if isinstance(project, dict) and isinstance(project.get("name"), str):
+            version = project.get("version")
+            return canonicalize_name(project["name"]), version if isinstance(version, str) else ""
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def load_toml(path: str) -> dict:
+    """``path`` as TOML, read as pipguard: a regular file only (OSError otherwise)."""
+    try:
+        import tomllib  # Python >= 3.11
+    except ImportError:  # pragma: no cover - depends on the interpreter
+        import tomli as tomllib  # type: ignore[no-redef]
+    data = read_regular(path)
+    if data is None:
+        raise OSError(f"{path}: not a regular file")
+    return tomllib.loads(data.decode("utf-8"))
+
+
 def declared_name(source_dir: str) -> Optional[str]:
     """The project's normalised name as its tree declares it (an sdist's PKG-INFO, else
     pyproject.toml's ``[project]``), or None: read as pipguard (never through a link)."""
-    from pipguard.hookcall import declared_identity
-
     declared = declared_identity(source_dir)
     return declared[0] if declared is not None else None
 

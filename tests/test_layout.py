@@ -31,8 +31,10 @@ LAYERS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
                  "pipguard._keeper", "pipguard._child", "pipguard.supervisor", "pipguard.handlers",
                  "pipguard.lifetime", "pipguard.responders", "pipguard.evidence", "pipguard.notify",
                  "pipguard.proxy", "pipguard.files", "pipguard.sandbox_user", "pipguard.acl", "pipguard.host",
-                 "pipguard.filemodes", "pipguard.tempdirs", "pipguard.sandbox")),
-    ("gate", ("pipguard.gate", "pipguard.gatecache", "pipguard.ownership", "pipguard.pthshapes",
+                 "pipguard.filemodes", "pipguard.tempdirs", "pipguard.sandbox",
+                 # the VM backend runs this whole pipeline in a guest: a run beside the API's
+                 "pipguard.backends.vm", "pipguard.backends._vm_guest", "pipguard.backends._vm_relay")),
+    ("gate", ("pipguard.gate", "pipguard.findings", "pipguard.gatecache", "pipguard.ownership", "pipguard.pthshapes",
               "pipguard.srcguard", "pipguard.wheelpaths", "pipguard.coremeta")),
     ("install", ("pipguard.install", "pipguard.install_result", "pipguard.seam", "pipguard.hookcall",
                  "pipguard.buildoutput", "pipguard.approvals", "pipguard.policyfile", "pipguard.pkgbuild")),

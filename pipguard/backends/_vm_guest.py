@@ -26,9 +26,7 @@ from __future__ import annotations
 import json
 import sys
 
-#: the line that ends a complete message on the report port (a guest killed or
-#: crashed mid-write leaves a message without it: the host then ignores it)
-END = b"\n#pipguard-vm-end\n"
+from pipguard.backends._vm_relay import END
 
 
 def _send(port: str, data: dict) -> None:
@@ -56,7 +54,7 @@ def main(argv) -> int:
         # build dir of nobody's is nobody's), and the guest's root, without its
         # capabilities in the sandbox, could not write there; switched as pkgbuild's
         # worker is (the dumpable flag back on: the supervisor takes its child's listener)
-        from pipguard.pkgbuild.builduser import switch_to
+        from pipguard.sandbox_user import switch_to
 
         switch_to(uid, gid)
     relays = []

@@ -37,6 +37,9 @@ from pipguard import threads
 
 HEADER = struct.Struct(">II")
 MAX_FRAME = 1 << 16
+#: the line that ends a complete message on the report port (a guest killed or
+#: crashed mid-write leaves a message without it: the host then ignores it)
+END = b"\n#pipguard-vm-end\n"
 MAX_CONNECTIONS = 64
 STALL_SECONDS = 60.0
 

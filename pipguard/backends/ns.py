@@ -443,9 +443,7 @@ def _owner_only(path: str) -> bool:
     changes). System dirs and ``/etc`` never: a root-only file there stays
     unreadable, as does one inside a tree open to others (its own mode bits
     apply, unmapped)."""
-    from pipguard.plan import SYSTEM_READ
-
-    if _under(path, [*SYSTEM_READ, "/etc"]):
+    if _under(path, [*rules.SYSTEM_READ, "/etc"]):
         return False
     try:
         mode = os.stat(path).st_mode

@@ -76,7 +76,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pipguard.backends import Part, Probe
-from pipguard.backends._vm_guest import END
+from pipguard.backends._vm_relay import END
 from pipguard.errors import LayerUnavailable, PipguardError
 from pipguard.files import walk
 
@@ -489,7 +489,7 @@ def _stage_etc(dest: str, entries: Sequence[str]) -> None:
 def _system_layout() -> Tuple[List[str], List[Tuple[str, str]]]:
     """The host's top-level system directories to share, and its top-level
     symlinks (``/bin -> usr/bin`` on merged-/usr systems) to recreate."""
-    from pipguard.plan import SYSTEM_READ
+    from pipguard.rules import SYSTEM_READ
 
     dirs, links = [], []
     for path in SYSTEM_READ:
@@ -835,7 +835,7 @@ def _boot(plan, policy, tools: Tools, accel: str, qemu_argv: List[str], shares: 
     from pipguard import __version__, files
     from pipguard.report import LayerStatus, Report
     from pipguard.report import from_json as report_from_json
-    from pipguard.sandbox import _host_summary
+    from pipguard.host import summary as host_summary
 
     run_dir = plan.run_dir
 
@@ -902,7 +902,7 @@ def _boot(plan, policy, tools: Tools, accel: str, qemu_argv: List[str], shares: 
         events=events, processes=guest.processes if guest else (),
         network=attempts, files_written=tuple(written),
         env_removed=plan.env_removed, events_dropped=dropped,
-        policy=policy.to_json(), host=_host_summary(), cwd=plan.cwd, started_at=started_at,
+        policy=policy.to_json(), host=host_summary(), cwd=plan.cwd, started_at=started_at,
         duration=round(time.time() - started_at, 4), error=error, tool_version=__version__,
         supervision=guest.supervision if guest else {},
         limits=dict(message.get("limits") or {}) if message else {},
