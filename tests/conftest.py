@@ -177,8 +177,8 @@ _UNIT_MAY_SPAWN = {"test_lint"}  # the linters are processes, not sandboxes
 def pytest_runtest_call(item):
     watch = item.get_closest_marker("unit") is not None and item.path.stem not in _UNIT_MAY_SPAWN
     if watch:
-        from pipguard import host
-        from pipguard.backends import ns
+        from pipguard.sandbox import host
+        from pipguard.sandbox.backends import ns
 
         host.probe(), ns.probe()  # the kernel probed once per process, in children: not the test's doing
     _unit_guard.watching, _unit_guard.seen = watch, []

@@ -21,24 +21,15 @@ PACKAGE = ROOT / "pipguard"
 # module or a package: "pipguard.sandbox" holds pipguard.sandbox and everything below it).
 # A module may import its own layer and the layers before it, never one after it.
 LAYERS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
-    ("base", ("pipguard", "pipguard.errors", "pipguard.exitcodes", "pipguard.cachedir", "pipguard.threads",
-              "pipguard._hook", "pipguard._seam")),
+    ("base", ("pipguard", "pipguard.errors", "pipguard.exitcodes", "pipguard.cachedir", "pipguard.threads")),
     ("rules", ("pipguard.rules", "pipguard.protections")),
-    ("report", ("pipguard.report", "pipguard.render")),
-    ("oslayer", ("pipguard.oslayer",)),
-    ("backends", ("pipguard.backends",)),
-    ("sandbox", ("pipguard.policy", "pipguard.limits", "pipguard.plan", "pipguard.launcher",
-                 "pipguard._keeper", "pipguard._child", "pipguard.supervisor", "pipguard.handlers",
-                 "pipguard.lifetime", "pipguard.responders", "pipguard.evidence", "pipguard.notify",
-                 "pipguard.proxy", "pipguard.files", "pipguard.sandbox_user", "pipguard.acl", "pipguard.host",
-                 "pipguard.filemodes", "pipguard.tempdirs", "pipguard.sandbox",
-                 # the VM backend runs this whole pipeline in a guest: a run beside the API's
-                 "pipguard.backends.vm", "pipguard.backends._vm_guest", "pipguard.backends._vm_relay")),
-    ("gate", ("pipguard.gate", "pipguard.findings", "pipguard.gatecache", "pipguard.ownership", "pipguard.pthshapes",
-              "pipguard.srcguard", "pipguard.wheelpaths", "pipguard.coremeta")),
-    ("install", ("pipguard.install", "pipguard.install_result", "pipguard.seam", "pipguard.hookcall",
-                 "pipguard.buildoutput", "pipguard.approvals", "pipguard.policyfile", "pipguard.pkgbuild")),
-    ("cli", ("pipguard.cli", "pipguard.doctor", "pipguard.__main__")),
+    ("report", ("pipguard.report",)),
+    ("oslayer", ("pipguard.sandbox.oslayer",)),
+    ("backends", ("pipguard.sandbox.backends",)),
+    ("sandbox", ("pipguard.sandbox",)),  # and the VM backend, which runs this whole pipeline in a guest
+    ("gate", ("pipguard.gate",)),
+    ("install", ("pipguard.install", "pipguard.pkgbuild")),
+    ("cli", ("pipguard.cli", "pipguard.__main__")),
 )
 
 
@@ -219,4 +210,15 @@ def test_the_graph_sees_a_circle_and_an_upward_import():
             edges += [Import(module, t, 1) for t in _named_targets(node, module, False, known)]
     assert [(e.source, e.target) for e in cycles(edges)[0]] == [("pipguard.a", "pipguard.b"),
                                                               ("pipguard.b", "pipguard.a")]
-    assert layer_of("pipguard.cli") > layer_of("pipguard.errors")
+    assert layer_of("pipguard.cli.app") > layer_of("pipguard.errors")
+
+
+def test_loaded_by_path_imports_no_pipguard():
+    """The audit hook runs inside sandboxed Pythons from its own directory, and the seam's target
+    inside pip's process: neither may import pipguard (nor its dependencies)."""
+    for module, path in modules().items():
+        if module.startswith(("pipguard.sandbox._hook", "pipguard.install._seam")):
+            tree = ast.parse(path.read_text(), filename=str(path))
+            named = [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
+            named += [node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and not node.level]
+            assert not [n for n in named if n.split(".")[0] == "pipguard"], (module, named)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict
 
 from pipguard.errors import PipguardError
-from pipguard.sandbox_user import switch_to
+from pipguard.sandbox.sandbox_user import switch_to
 
 #: Just below systemd's dynamic-user range (61184-65519), which systemd hands
 #: out at run time; the first of these that no account, group or process uses.
