@@ -4,6 +4,7 @@
 sandbox, in phases (see :mod:`pipguard.pkgbuild.review`) and returns a
 :class:`~pipguard.pkgbuild.result.PkgbuildResult`: each phase's evidence,
 the package's contents, and a status (``clean`` / ``blocked`` / ``error``).
+At the install's layer: uses the sandbox (and its VM runner), never the CLI.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Every renderer is a pure function ``render(report, *, color=False) -> str``:
 no printing, no I/O, no clock. The CLI picks one with :func:`get`, decides
 whether colour is wanted (a TTY and no ``NO_COLOR``), and writes the text.
 ``color`` is a request, not a guarantee: formats meant for machines (json,
-sarif) and markdown ignore it.
+sarif) and markdown ignore it. Imports the report model, ``rules`` and the base only.
 """
 
 from __future__ import annotations

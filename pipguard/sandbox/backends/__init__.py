@@ -1,5 +1,8 @@
 """Launch backends: what surrounds the OS layer of a run.
 
+Below the rest of the sandbox: a backend imports the OS layer, ``rules`` and the base, never
+the plan or the API (the plan takes backends, not the other way round).
+
 A backend decides the world the sandbox's first process confines itself in
 before the OS layer (:mod:`pipguard.sandbox.oslayer`: no_new_privs, capability drop,
 Landlock, seccomp) goes on — those stay on under every backend:
@@ -9,7 +12,8 @@ Landlock, seccomp) goes on — those stay on under every backend:
 - ``ns`` (:mod:`pipguard.sandbox.backends.ns`): user, mount, pid, net, ipc and uts
   namespaces: a new root built from the plan's grants, a pid namespace whose
   pid 1 is pipguard's, loopback only, decoy credentials at the real home;
-- ``vm`` (issue 17, not yet): a QEMU guest running the layers above.
+- ``vm`` (:mod:`pipguard.sandbox.vm`): a QEMU guest running the whole pipeline, at the
+  sandbox's layer (it takes the plan), so it is not a module here.
 
 The contract, written down so the VM backend has a place to plug in:
 

@@ -4,6 +4,8 @@
 before it execs the sandboxed command (env and fds are scrubbed and setsid is
 done before; exec comes after). Everything it installs is inherited by every
 descendant and cannot be undone.
+
+The lowest layer of the sandbox: imports only pipguard's base, ``rules`` and ``protections``.
 """
 
 from __future__ import annotations
