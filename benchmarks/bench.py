@@ -244,7 +244,7 @@ def clean_env(write_bytecode: bool = True) -> Dict[str, str]:
 
 
 def sha256(path: str) -> str:
-    from pipguard.files import sha256 as file_sha256
+    from pipguard.sandbox.files import sha256 as file_sha256
 
     return file_sha256(path)
 
@@ -648,8 +648,8 @@ class Bench:
         venv, work = self.fresh(f"profile-{pkg.name}")
         prof = os.path.join(work, "..", "pipguard.prof")
         cmd = self.command(variant, pkg, venv, work)
-        # same arguments, but "python -m cProfile -m pipguard.cli" instead of "pipguard"
-        cmd = [sys.executable, "-m", "cProfile", "-o", prof, "-m", "pipguard.cli",
+        # same arguments, but "python -m cProfile -m pipguard.cli.app" instead of "pipguard"
+        cmd = [sys.executable, "-m", "cProfile", "-o", prof, "-m", "pipguard.cli.app",
                *cmd[len(self.pipguard):]]
         rc, seconds = timed(cmd, work, os.path.join(work, "..", "log.txt"), self.env)
         stats = pstats.Stats(prof)

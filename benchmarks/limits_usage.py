@@ -99,8 +99,8 @@ def how(results: List[dict]) -> Dict[str, str]:
 
 
 def defaults() -> Dict[str, float]:
-    from pipguard import limits
-    from pipguard.policy import Policy
+    from pipguard.sandbox import limits
+    from pipguard.sandbox.policy import Policy
 
     policy = Policy()
     return {"memory": policy.limit_memory or limits.default_memory(), "processes": policy.limit_processes,

@@ -12,7 +12,7 @@ configuration neutralised as in bench.py), and prints the medians of each phase 
   buildenv_start  pip's exec to the exec of the pip subprocess that fills the build environment
   buildenv_dur    that subprocess's life
   gap0            its exit to the first hook call (plain: the hook's exec; pipguard: the
-                  placeholder ``/bin/sh`` pip starts instead, see pipguard/_seam/target.py)
+                  placeholder ``/bin/sh`` pip starts instead, see pipguard/install/_seam/target.py)
   launch          pipguard only: the placeholder's exec to the hook's exec (the sandbox's start)
   hook            the hook process's life (exec to exit), per call
   exit            pipguard only: the hook's exit to the placeholder's exit (pipguard's answer)

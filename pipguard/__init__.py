@@ -7,7 +7,7 @@ does not pay for them."""
 
 __version__ = "0.1.0"
 
-_LAZY = {"run_sandboxed": "pipguard.sandbox", "run": "pipguard.sandbox", "Policy": "pipguard.policy"}
+_LAZY = {"run_sandboxed": "pipguard.sandbox.api", "run": "pipguard.sandbox.api", "Policy": "pipguard.sandbox.policy"}
 
 
 def __getattr__(name: str):

@@ -3,11 +3,11 @@ what it needs from the host, and what it is for.
 
 Every part of pipguard that names a protection takes it from here:
 
-- the plan (:mod:`pipguard.plan`) states, per protection, whether this run
+- the plan (:mod:`pipguard.sandbox.plan`) states, per protection, whether this run
   will have it -- ``active``, ``degraded`` (there, with a gap the reason
   names) or ``unavailable`` (not there, and why) -- from the policy's
   isolation level and the host's facts, before anything starts;
-- the OS layer (:mod:`pipguard.oslayer`) reads the Landlock ABI each part
+- the OS layer (:mod:`pipguard.sandbox.oslayer`) reads the Landlock ABI each part
   needs from :data:`LANDLOCK_ABI`;
 - ``doctor`` says what each host feature is needed for from :attr:`Protection.guards`;
 - the report lists the plan's states, corrected by what the sandbox's first
@@ -92,7 +92,7 @@ class ProtectionState:
 def planned(isolation: str, facts: Any, *, network: str, as_root: bool,
             os_reason: str = "") -> Tuple[ProtectionState, ...]:
     """What a run at ``isolation`` will have on a host with ``facts``
-    (:class:`pipguard.host.HostFacts`): one state per protection the level
+    (:class:`pipguard.sandbox.host.HostFacts`): one state per protection the level
     uses. ``os_reason``: why the OS layer cannot run at all ("" if it can)."""
     states = []
     for p in PROTECTIONS:

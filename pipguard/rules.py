@@ -2,11 +2,11 @@
 lookups and system secrets, which ``/proc`` entries are private, and which rules
 are informational. Every enforcer is built from it:
 
-- the audit hook (``pipguard/_hook/_pipguard_hook.py``) receives :func:`hook_table`
+- the audit hook (``pipguard/sandbox/_hook/_pipguard_hook.py``) receives :func:`hook_table`
   inside its ``PIPGUARD_HOOK`` configuration (it runs in sandboxed Pythons that
   need not have pipguard installed, so it gets data, not this module);
 - the Python supervisor decides opens with :func:`read_rule` / :func:`write_rule`;
-- the native responder (``pipguard/_responder.c``) gets its prefix tables from
+- the native responder (``pipguard/sandbox/_responder.c``) gets its prefix tables from
   :func:`native_tables` at start-up;
 - the plan (Landlock's grants) leaves :data:`ETC_SECRETS` and every home out.
 
@@ -20,6 +20,11 @@ from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tup
 
 BLOCKED, ALLOWED = "blocked", "allowed"
 FINDING, INFO = "finding", "info"
+
+# System directories a build reads. Home directories are excluded wholesale:
+# Landlock cannot subtract a subtree from a grant, so the list is built around them.
+SYSTEM_READ = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+               "/opt", "/nix", "/gnu", "/snap", "/sys", "/proc", "/var/lib/dpkg")
 
 # Credential stores, relative to any home (the real ones and the sandbox's decoy):
 # reading one is refused and a finding everywhere, also in the decoy home where it
@@ -42,7 +47,7 @@ CREDENTIAL_PATHS = (
 )
 # The files a stealer opens in each credential store above that is a directory (the first:
 # the one it opens first). The namespace backend plants a decoy at each in every real home,
-# so that opening one is a "decoy-read" and not a quiet ENOENT (pipguard.backends.ns).
+# so that opening one is a "decoy-read" and not a quiet ENOENT (pipguard.sandbox.backends.ns).
 FIREFOX_PROFILE = "pipguard.default-release"  # named by the decoy profiles.ini
 _CHROMIUM_FILES = ("Local State", "Default/Login Data", "Default/Cookies", "Default/Network/Cookies",
                    "Default/Web Data", "Default/Login Data For Account")
@@ -153,7 +158,7 @@ PROC_PRIVATE = frozenset((
 PRIVILEGED_MODES = 0o4000 | 0o2000
 CLEARED_MODES = PRIVILEGED_MODES | 0o0002
 # What a build may not add to any file of its write roots, whatever the backend or the user
-# pipguard runs as (pipguard.filemodes: snapshot before the run, put back after it): the special
+# pipguard runs as (pipguard.sandbox.filemodes: snapshot before the run, put back after it): the special
 # mode bits and the POSIX ACLs, access and default, whatever uid or gid an entry names. An entry
 # for another user outlives the run in the user's checkout; a default ACL is inherited by every
 # file created there later. What a file had before the run stays, and a new file keeps what the

@@ -67,6 +67,7 @@ TIERS = {
     "test_srcguard_tree": "unit",
     "test_hook_perf_semantics": "unit",
     "test_idle_work": "unit",
+    "test_layout": "unit",
     "test_lint": "unit",
     "test_protections": "unit",
     "test_render": "unit",
@@ -177,8 +178,8 @@ _UNIT_MAY_SPAWN = {"test_lint"}  # the linters are processes, not sandboxes
 def pytest_runtest_call(item):
     watch = item.get_closest_marker("unit") is not None and item.path.stem not in _UNIT_MAY_SPAWN
     if watch:
-        from pipguard import host
-        from pipguard.backends import ns
+        from pipguard.sandbox import host
+        from pipguard.sandbox.backends import ns
 
         host.probe(), ns.probe()  # the kernel probed once per process, in children: not the test's doing
     _unit_guard.watching, _unit_guard.seen = watch, []

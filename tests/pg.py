@@ -52,7 +52,7 @@ def run_api(argv: Sequence[str], work: os.PathLike, home, *, record_build_dir: b
     """``pipguard.sandbox.run(ARGV, Policy(**policy))`` in ``work`` with the fake home's
     environment: the library's API, in this process (its Report)."""
     from pipguard import sandbox
-    from pipguard.policy import Policy
+    from pipguard.sandbox.policy import Policy
 
     return sandbox.run(list(argv), Policy(**policy), cwd=str(work), env=home.env(),
                        record_build_dir=record_build_dir)

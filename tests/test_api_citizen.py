@@ -23,7 +23,7 @@ import pytest
 
 import pg
 from pipguard import sandbox
-from pipguard.policy import Policy
+from pipguard.sandbox.policy import Policy
 from support.users import run_as_nobody
 
 _PR_GET_CHILD_SUBREAPER = 37
@@ -223,7 +223,7 @@ def test_cli_limit_flags(work, fake_home):
 CALLER = textwrap.dedent("""\
     import json, os, signal, sys, threading, time
     from pipguard import sandbox
-    from pipguard.policy import Policy
+    from pipguard.sandbox.policy import Policy
     mode, marker = sys.argv[1], sys.argv[2]
     # whatever started the tests: a background job of a non-interactive shell ignores SIGINT
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -302,7 +302,7 @@ def test_pipguards_threads_never_take_the_callers_signals(work, fake_home, monke
     import signal
     import threading
 
-    from pipguard.policy import HostPort
+    from pipguard.sandbox.policy import HostPort
     from pipguard.sandbox import run
     from pipguard.threads import CALLER_SIGNALS
 

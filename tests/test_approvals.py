@@ -292,7 +292,7 @@ def test_approve_round_trip_without_a_run(tmp_path):
     refused, with awkward characters escaped; local projects are comments, not entries."""
     import json
 
-    from pipguard import approvals, policyfile
+    from pipguard.install import approvals, policyfile
 
     odd = 'a "quoted"\\path\twith\x7fcontrol'
     digest = "b" * 64
@@ -353,7 +353,7 @@ def test_approve_rejects_what_is_not_a_report(tmp_path):
 def test_decoy_home_targets_are_named_with_a_tilde():
     import tempfile
 
-    from pipguard.approvals import normalize_target
+    from pipguard.install.approvals import normalize_target
 
     tmp = tempfile.gettempdir()
     assert normalize_target(f"{tmp}/pipguard-ab12cd34/home/.ssh/id_rsa") == "~/.ssh/id_rsa"

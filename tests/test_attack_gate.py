@@ -26,7 +26,7 @@ def _plain_pip(venv: Path, args, *, env=None, cwd=None) -> subprocess.CompletedP
 
 
 def _blocking(findings, rule):
-    from pipguard import gate
+    from pipguard.gate import scan as gate
 
     return [f for f in findings if f.rule == rule and f.severity in gate.BLOCKING_SEVERITIES]
 
@@ -64,7 +64,7 @@ SCRIPT_SPELLINGS = {
 
 @pytest.mark.parametrize("spelling", sorted(SCRIPT_SPELLINGS))
 def test_script_entries_as_pip_reads_them_are_judged(spelling, tmp_path):
-    from pipguard import gate
+    from pipguard.gate import scan as gate
 
     text, command, _ = SCRIPT_SPELLINGS[spelling]
     wheel = make_wheel(tmp_path, {"epx/__init__.py": b"def main():\n    pass\n"}, name="epx",
@@ -75,8 +75,8 @@ def test_script_entries_as_pip_reads_them_are_judged(spelling, tmp_path):
 
 def test_a_script_entry_pip_reads_over_the_interpreter_is_an_overwrite(tmp_path, wheelhouse):
     """`[[console_scripts]] python = ...`: pip writes bin/python over the venv's interpreter."""
-    from pipguard import gate
-    from pipguard.ownership import target_layout
+    from pipguard.gate import scan as gate
+    from pipguard.gate.ownership import target_layout
 
     venv = make_venv(tmp_path / "venv", "bundled", wheelhouse)
     wheel = make_wheel(tmp_path, {"epy/__init__.py": b"def main():\n    pass\n"}, name="epy",
@@ -108,7 +108,7 @@ PTH_DIR = {"pthdir_hook.pth": b"pthdir\n", "pthdir/sitecustomize.py": CANARY.enc
 
 def test_a_startup_module_in_a_pth_path_entry_is_critical(tmp_path):
     """site.py appends <site>/pthdir to sys.path, then imports sitecustomize from anywhere on it."""
-    from pipguard import gate
+    from pipguard.gate import scan as gate
 
     for spelling in ("pthdir", "./pthdir/", "pthdir/.", "pthdir//"):
         members = dict(PTH_DIR, **{"pthdir_hook.pth": spelling.encode() + b"\n"})
@@ -124,7 +124,7 @@ def test_a_startup_module_in_a_pth_path_entry_is_critical(tmp_path):
 
 def test_an_archive_as_a_pth_path_entry_is_refused(tmp_path):
     """A zip member named by a .pth line is imported from (zipimport): its sitecustomize runs."""
-    from pipguard import gate
+    from pipguard.gate import scan as gate
 
     wheel = make_wheel(tmp_path, {"arch_hook.pth": b"arch.zip\n", "arch.zip": b"PK\x05\x06" + bytes(18)},
                        name="arch")
@@ -132,7 +132,7 @@ def test_an_archive_as_a_pth_path_entry_is_refused(tmp_path):
 
 
 def test_an_honest_pth_path_entry_passes(tmp_path):
-    from pipguard import gate
+    from pipguard.gate import scan as gate
 
     wheel = make_wheel(tmp_path, {"honest.pth": b"honest_lib\n", "honest_lib/honest/__init__.py": b""},
                        name="honest")
@@ -156,7 +156,7 @@ def test_a_wheel_unlike_its_prepared_metadata_behind_a_large_body_is_refused(tmp
     """build_wheel's METADATA adds a requirement by URL and a 17 MiB body (the gate read no
     METADATA over 16 MiB, so neither metadata-mismatch nor direct-reference looked). Plain pip
     installs it and keeps it in its cache; pipguard refuses at the build."""
-    from pipguard.coremeta import MAX_METADATA_BYTES
+    from pipguard.gate.coremeta import MAX_METADATA_BYTES
 
     extra = links.add(tmp_path / "extra")
     requires = [f"leak @ http://127.0.0.1:{loopback_tcp.port}/data"]
@@ -175,7 +175,7 @@ def test_a_wheel_unlike_its_prepared_metadata_behind_a_large_body_is_refused(tmp
 
 
 def test_metadata_headers_are_read_past_a_large_body_and_unread_headers_differ():
-    from pipguard.coremeta import MAX_METADATA_BYTES, CoreMetadata, read_headers
+    from pipguard.gate.coremeta import MAX_METADATA_BYTES, CoreMetadata, read_headers
 
     head = b"Metadata-Version: 2.1\r\nName: x\r\nVersion: 1\r\nRequires-Dist: y @ http://h/\r\n\r\n"
     big = read_headers((head + b"." * MAX_METADATA_BYTES)[:MAX_METADATA_BYTES + 1])
@@ -194,7 +194,7 @@ def test_metadata_headers_are_read_past_a_large_body_and_unread_headers_differ()
     ("lib/python311.zip", "data-scheme-escape"),
 ])
 def test_a_data_file_in_the_standard_library_is_refused(member, rule, tmp_path):
-    from pipguard import gate
+    from pipguard.gate import scan as gate
 
     wheel = make_wheel(tmp_path, {f"stdx-1.0.data/data/{member}": CANARY.encode()}, name="stdx")
     assert _blocking(gate.scan_wheel(wheel), rule), gate.scan_wheel(wheel)
@@ -237,8 +237,8 @@ PYLIB = {"py/__init__.py": b"", "py/path.py": b""}
 def test_pytest_and_the_py_library_share_py_as_designed(first, second, tmp_path, wheelhouse):
     """pytest (7.2+) ships py.py, a shim that gives way to the py library's py/ package: plain pip
     installs both in either order, and so must pipguard."""
-    from pipguard import gate
-    from pipguard.ownership import target_layout
+    from pipguard.gate import scan as gate
+    from pipguard.gate.ownership import target_layout
 
     members = {"pytest": PYTEST_SHIM, "py": PYLIB}
     venv = make_venv(tmp_path / "venv", "bundled", wheelhouse)

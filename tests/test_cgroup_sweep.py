@@ -1,4 +1,4 @@
-"""Run cgroups a killed pipguard left behind (pipguard/limits.py ``_sweep_once``): the next
+"""Run cgroups a killed pipguard left behind (pipguard/sandbox/limits.py ``_sweep_once``): the next
 pipguard removes the empty ones of processes that are gone, and nothing else."""
 
 import os
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from pipguard import limits
+from pipguard.sandbox import limits
 from support import requires
 
 pytestmark = [requires("linux"), requires("root")]

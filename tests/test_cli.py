@@ -84,7 +84,7 @@ def test_python_that_is_no_python_is_an_error(work, program):
 @pytest.mark.parametrize("host", ["pypi.org", "pypi.org:443", "[::1]:3128", "::1", "10.0.0.5:8080",
                                   "files.pythonhosted.org.", "b\u00fccher.example", "in_ternal.example"])
 def test_allow_host_takes_host_and_port(host):
-    from pipguard.policy import HostPort
+    from pipguard.sandbox.policy import HostPort
 
     parsed = HostPort.parse(host)
     assert str(parsed).isascii() and " " not in str(parsed)
@@ -95,7 +95,7 @@ def test_pipguards_table_of_pip_options_has_every_option_of_this_pip():
     starts: that took longer than pip's own start, and pip's usage came first)."""
     from pip._internal.commands import create_command
 
-    from pipguard import cli as pgcli
+    from pipguard.cli import app as pgcli
 
     assert set(create_command("install").parser._long_opt) <= pgcli.PIP_INSTALL_OPTIONS
 
@@ -135,7 +135,7 @@ def test_an_option_that_fails_after_pip_started_ends_that_pip(work):
 def test_a_bug_in_pipguard_is_one_line_and_a_saved_traceback(tmp_path, monkeypatch, capsys):
     """Any exception that is not one of pipguard's errors (a bug) reaches the user as one line
     and exit 2, the traceback in a file the line names (for the bug report), never on stderr."""
-    from pipguard import cli as pgcli
+    from pipguard.cli import app as pgcli
 
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     import tempfile
@@ -246,7 +246,7 @@ def test_doctor_json(work):
 def test_package_exports_the_library_api():
     import pipguard
     from pipguard import sandbox
-    from pipguard.policy import Policy
+    from pipguard.sandbox.policy import Policy
 
     assert pipguard.run is sandbox.run and pipguard.Policy is Policy
     with pytest.raises(AttributeError):

@@ -10,7 +10,7 @@ import itertools
 import click
 import pytest
 
-from pipguard import cli
+from pipguard.cli import app as cli
 
 OPTIONS = [
     [], ["--allow-network"], ["--deny-subprocess"], ["--no-observe-reads"], ["--observe-reads"],

@@ -1,6 +1,6 @@
 """ACLs and special mode bits a build sets on the files of its write roots (issue 33):
 whatever uid an entry names, they are put back as they were before the run and reported
-(pipguard.filemodes), under each backend, as root and as ``nobody``, from Python (the audit
+(pipguard.sandbox.filemodes), under each backend, as root and as ``nobody``, from Python (the audit
 hook sees ``os.setxattr``/``os.chmod``) and from native code (tests/helpers/try_one.c: only
 the syscalls).
 
@@ -30,7 +30,7 @@ from support import requires
 from support.pipinstall import pg_install
 from support.projects import write_project
 
-from pipguard import acl
+from pipguard.sandbox import acl
 
 pytestmark = [requires("linux"), requires("seccomp_user_notif")]
 

@@ -1,4 +1,4 @@
-"""The static gate (pipguard.gate) on real artifacts: wheels written here with a correct RECORD,
+"""The static gate (pipguard.gate.scan) on real artifacts: wheels written here with a correct RECORD,
 one wheel built by pip from a tiny project, and released wheels downloaded once per machine.
 
 Released wheels are cached in ``~/.cache/pipguard-tests/gate`` (``PIPGUARD_TEST_CACHE=DIR`` moves it
@@ -23,9 +23,9 @@ import support
 from support import gatewheels
 from support.wheels import EVIL_PTH, make_wheel
 from support.projects import pyproject
-from pipguard import gate
+from pipguard.gate import scan as gate
 from pipguard.errors import PipError, UsageError
-from pipguard.gate import Finding, scan_artifact, scan_sdist, scan_wheel
+from pipguard.gate.scan import Finding, scan_artifact, scan_sdist, scan_wheel
 
 # --- building wheels ------------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""The gate's remembered findings (pipguard/gatecache.py): same bytes and name, same answer,
+"""The gate's remembered findings (pipguard/gate/cache.py): same bytes and name, same answer,
 without scanning again; anything else is scanned. The attacker's move this guards against: a
 wheel that was clean once, swapped for a malicious one under the same file name."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pipguard import gatecache
-from pipguard.files import sha256
+from pipguard.gate import cache as gatecache
+from pipguard.sandbox.files import sha256
 from support.wheels import EVIL_PTH, make_wheel
 
 

@@ -17,7 +17,7 @@ import pytest
 
 import support
 from pg import pipguard
-from pipguard.plan import HOOK_DIR, HOOK_FILES
+from pipguard.sandbox.plan import HOOK_DIR, HOOK_FILES
 from support import requires
 
 pytestmark = [requires("linux"), requires("landlock", abi=6), requires("seccomp_user_notif")]
@@ -63,7 +63,7 @@ def test_other_version_caching_the_hook_is_refused_but_not_a_finding(tmp_path, f
 
 
 def test_install_target_of_another_version_gets_the_hook_cached():
-    from pipguard.plan import precompile_hook
+    from pipguard.sandbox.plan import precompile_hook
 
     mine = "%d.%d" % sys.version_info[:2]
     others = {v: p for v, p in support.python_versions().items() if v != mine}

@@ -24,7 +24,7 @@ from pg import pipguard
 from pipguard import rules
 
 PY = sys.executable
-HOOK_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pipguard", "_hook",
+HOOK_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pipguard", "sandbox", "_hook",
                          "_pipguard_hook.py")
 
 

@@ -12,7 +12,8 @@ import platform
 
 import pytest
 
-from pipguard import doctor, host
+from pipguard.cli import doctor
+from pipguard.sandbox import host
 
 STRICT = os.environ.get("PIPGUARD_REQUIRE_ALL_LAYERS", "") == "1"
 

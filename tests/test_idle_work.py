@@ -1,4 +1,4 @@
-"""``pipguard.plan.idle_work``: a run's clean-up waits for the caller's idle moments, and the
+"""``pipguard.sandbox.plan.idle_work``: a run's clean-up waits for the caller's idle moments, and the
 next run's private directory is made ahead (what ``pipguard install`` does between hook calls).
 Real plans on this host; no sandbox runs here (the install tests run them)."""
 
@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-from pipguard import plan as plan_mod
-from pipguard.backends import ns
-from pipguard.policy import Policy
+from pipguard.sandbox import plan as plan_mod
+from pipguard.sandbox.backends import ns
+from pipguard.sandbox.policy import Policy
 
 
 def _plan(work, isolation):

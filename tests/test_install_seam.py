@@ -420,7 +420,7 @@ def test_target_interpreter_of_another_version(tmp_path, fake_home, route, versi
 def test_credentials_leave_pip_command_lines():
     """Index URLs with a user part move from a pip command line (world-readable in
     /proc/PID/cmdline) into pip's environment variables, with pip's precedence kept."""
-    from pipguard._seam.target import move_credentials
+    from pipguard.install._seam.target import move_credentials
 
     args, env = move_credentials(
         ["install", "-i", "https://u:t@h/simple", "--extra-index-url=https://a:b@x/s", "-f", "/local",
@@ -532,7 +532,7 @@ def hook(event, args):
         os.write(1, json.dumps(sorted(m for m in sys.modules if m.startswith(("pipguard", "packaging", "click")))).encode())
         os._exit(0)
 sys.addaudithook(hook)
-from pipguard.cli import main
+from pipguard.cli.app import main
 sys.argv = ["pipguard", "install", "--sandbox", "--python", sys.executable, "--no-index", "nothing-here"]
 main()
 """
@@ -543,18 +543,18 @@ def test_pip_starts_before_the_models_and_the_sandbox_are_imported(tmp_path):
     option checks (limits, the policy file), the report, the result models, the planner and the
     sandbox are imported while pip starts (or where they are used), not before; a plain install
     command line is parsed without click (~25 ms of imports). The result models are still
-    reachable from pipguard.install, as before."""
+    reachable from pipguard.install.installer, as before."""
     proc = subprocess.run([sys.executable, "-c", _AT_PIP_START], cwd=tmp_path, capture_output=True,
                           text=True, env={k: v for k, v in os.environ.items() if not k.startswith("PIP_")})
     assert proc.returncode == 0, proc.stderr[-2000:]
     imported = set(json.loads(proc.stdout))
-    assert {"pipguard.cli", "pipguard.seam"} <= imported, imported
-    later = {"pipguard.install", "pipguard.limits", "pipguard.policyfile", "pipguard.approvals",
-             "pipguard.policy", "pipguard.report", "pipguard.install_result", "pipguard.files", "pipguard.gate",
-             "pipguard.hookcall", "pipguard.plan", "pipguard.sandbox", "pipguard.launcher", "packaging",
+    assert {"pipguard.cli.app", "pipguard.install.seam"} <= imported, imported
+    later = {"pipguard.install.installer", "pipguard.sandbox.limits", "pipguard.install.policyfile", "pipguard.install.approvals",
+             "pipguard.sandbox.policy", "pipguard.report.model", "pipguard.install.result", "pipguard.sandbox.files", "pipguard.gate.scan",
+             "pipguard.install.hookcall", "pipguard.sandbox.plan", "pipguard.sandbox.api", "pipguard.sandbox.launcher", "packaging",
              "click"}
     assert not imported & later, imported & later
-    from pipguard import install, install_result
+    from pipguard.install import installer as install, result as install_result
 
     assert install.InstallResult is install_result.InstallResult and install.Phase is install_result.Phase
     with pytest.raises(AttributeError):

@@ -135,8 +135,8 @@ def test_a_package_beside_another_distributions_module_is_refused(form, tmp_path
 
 def test_namespace_packages_shared_by_two_distributions_pass(tmp_path, wheelhouse):
     """Two distributions filling one PEP 420 namespace (`nsx/a`, `nsx/b`) are no shadowing."""
-    from pipguard import gate
-    from pipguard.ownership import target_layout
+    from pipguard.gate import scan as gate
+    from pipguard.gate.ownership import target_layout
 
     venv = make_venv(tmp_path / "venv", "bundled", wheelhouse)
     first = make_wheel(tmp_path, {"nsx/a/__init__.py": b""}, name="nsx_a")

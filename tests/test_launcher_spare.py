@@ -1,4 +1,4 @@
-"""A spare (pipguard.launcher.fork_spare): the next run's keeper and first process, forked
+"""A spare (pipguard.sandbox.launcher.fork_spare): the next run's keeper and first process, forked
 while pipguard is idle. The run that takes it must be the run a fresh fork would have been:
 the stdin/stdout/stderr of the moment the run starts (``pipguard install`` swaps them to the
 hook call's pipes after the spare was forked), the run's rlimits, every layer applied; a spare
@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from pipguard import launcher
-from pipguard.policy import Policy
+from pipguard.sandbox import launcher
+from pipguard.sandbox.policy import Policy
 from pipguard.sandbox import run
 
 #: prints its pid and its RLIMIT_FSIZE (the run's --limit-write)
@@ -168,7 +168,7 @@ def test_a_spare_forked_in_a_runs_quiet_moment_holds_none_of_its_pipes(tmp_path,
     lived. Its stdio is /dev/null until its own run sends the run's."""
     import select
 
-    from pipguard import plan
+    from pipguard.sandbox import plan
 
     read_end, write_end = os.pipe()
     saved = os.dup(1)
@@ -236,7 +236,7 @@ def test_the_spare_is_out_of_a_running_sandboxs_reach(tmp_path, no_spare, backen
     (review of 2026-12-04, made a test)."""
     import json
 
-    from pipguard import plan
+    from pipguard.sandbox import plan
 
     out_file = tmp_path / "probe.json"
     saved = os.dup(1)

@@ -16,7 +16,7 @@ import textwrap
 import pytest
 
 import pg
-from pipguard import report as report_mod
+from pipguard.report import model as report_mod
 from support.users import run_as_nobody
 
 MB = 1 << 20
@@ -117,7 +117,7 @@ def test_usage_survives_the_json_round_trip(work, fake_home):
 NOBODY_CALLER = textwrap.dedent("""\
     import json, sys
     from pipguard import sandbox
-    from pipguard.policy import Policy
+    from pipguard.sandbox.policy import Policy
     out = {}
     for name, argv in json.loads(sys.argv[1]).items():
         r = sandbox.run(argv, Policy(), record_build_dir=True)

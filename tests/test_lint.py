@@ -23,7 +23,7 @@ def test_hook_is_python39_syntax():
     """The audit hook runs inside whatever interpreter the build uses."""
     import ast
 
-    for path in (ROOT / "pipguard" / "_hook").glob("*.py"):
+    for path in (ROOT / "pipguard" / "sandbox" / "_hook").glob("*.py"):
         ast.parse(path.read_text(), filename=str(path), feature_version=(3, 9))
 
 

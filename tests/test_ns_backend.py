@@ -154,7 +154,7 @@ def test_every_credential_location_of_the_rule_table_is_a_decoy():
     """The one rule table decides what a credential is; the real homes' decoys follow it:
     each location has a decoy file at it or below it (a directory's first file)."""
     from pipguard import rules
-    from pipguard.backends import ns
+    from pipguard.sandbox.backends import ns
 
     for rel in rules.CREDENTIAL_PATHS:
         assert any(d == rel or d.startswith(rel + "/") for d in ns.DECOYS), rel
@@ -261,7 +261,7 @@ def test_a_split_directory_is_bound_whole_with_what_it_left_out_masked(tmp_path)
     file, an empty directory); grants below a masked directory are bound on top of it."""
     from pathlib import Path
 
-    from pipguard.backends import ns
+    from pipguard.sandbox.backends import ns
 
     # not below /tmp: the namespace's own /tmp is never collapsed (Landlock grants it whole)
     base = Path(tempfile.mkdtemp(dir="/var/tmp"))
@@ -343,7 +343,7 @@ def test_no_setuid_root_file_is_left_on_the_host(work, fake_home):
 
 
 def test_probe_says_ns_works_here():
-    from pipguard.backends import ns
+    from pipguard.sandbox.backends import ns
 
     probe = ns.probe(refresh=True)
     assert probe.available, probe.to_json()
@@ -581,7 +581,7 @@ def test_siblings_proc_files_are_its_own_under_ns_with_read_observation(work, fa
 
 LANDLOCK_ONLY = textwrap.dedent("""
     import json, sys
-    from pipguard.policy import Policy
+    from pipguard.sandbox.policy import Policy
     from pipguard.sandbox import run
     isolation, settings = sys.argv[1], sys.argv[2:]
     script = "; ".join(f'[ -w {d} ] && echo looks-writable; echo x > {d}/planted || echo refused' for d in settings)
@@ -650,7 +650,7 @@ def test_native_writes_in_the_namespace_tmp_are_files_written(who, request, work
     assert r.report["verdict"] != "blocked" or all(e["rule"] == "lingering-process"
                                                    for e in r.report["events"] if e["action"] == "blocked")
     # the table on stderr says the file was not kept (a column of its own)
-    from pipguard.render import DISCARDED
+    from pipguard.report.render import DISCARDED
 
     assert [line for line in r.stderr.splitlines() if "/tmp/stage.txt" in line and DISCARDED in line], r.stderr
 

@@ -1,7 +1,7 @@
 """The OS layer on the real kernel: each test confines a fresh child, tries ONE thing, and
 reads the errno back as JSON. No mocks.
 
-Gates come from ``pipguard.host.probe()``; with ``PIPGUARD_REQUIRE_ALL_LAYERS=1`` a missing
+Gates come from ``pipguard.sandbox.host.probe()``; with ``PIPGUARD_REQUIRE_ALL_LAYERS=1`` a missing
 layer fails the test instead of skipping it.
 """
 
@@ -28,8 +28,8 @@ from typing import Any, Dict, List, Optional
 import pytest
 
 from pipguard.errors import LayerUnavailable
-from pipguard.host import probe
-from pipguard.oslayer import OsLayerSpec, apply, seccomp as oseccomp
+from pipguard.sandbox.host import probe
+from pipguard.sandbox.oslayer import OsLayerSpec, apply, seccomp as oseccomp
 
 STRICT = os.environ.get("PIPGUARD_REQUIRE_ALL_LAYERS", "") == "1"
 NOBODY = 65534
@@ -90,7 +90,7 @@ def make_spec(**kw: Any) -> OsLayerSpec:
 # OS layer, tries exactly one action and prints {"errno": N, ...} on stdout.
 CHILD = r'''
 import ctypes, errno, json, os, signal, socket, sys, threading
-from pipguard.oslayer import OsLayerSpec, apply
+from pipguard.sandbox.oslayer import OsLayerSpec, apply
 req = json.loads(sys.argv[1])
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
@@ -236,7 +236,7 @@ def test_applied_status_names_every_part() -> None:
 
 def test_required_raises_before_changing_anything_when_a_part_is_missing(monkeypatch) -> None:
     need("linux")
-    from pipguard.oslayer import landlock
+    from pipguard.sandbox.oslayer import landlock
 
     monkeypatch.setattr(landlock, "abi_version", lambda: (3, ""))  # pretend Linux 6.2
     spec = make_spec(network="ports", tcp_connect_ports=(443,))
@@ -635,7 +635,7 @@ class Responder(threading.Thread):
 
 NOTIFY_CHILD = r'''
 import ctypes, json, os, sys
-from pipguard.oslayer import OsLayerSpec, apply
+from pipguard.sandbox.oslayer import OsLayerSpec, apply
 spec = OsLayerSpec.from_json(json.loads(sys.argv[1]))
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
@@ -712,7 +712,7 @@ def test_notify_sendmsg_handoff_would_deadlock() -> None:
     parent_sock, child_sock = socket.socketpair(socket.AF_UNIX)
     code = r'''
 import json, os, socket, sys
-from pipguard.oslayer import OsLayerSpec, apply
+from pipguard.sandbox.oslayer import OsLayerSpec, apply
 st = apply(OsLayerSpec.from_json(json.loads(sys.argv[1])), required=True)
 s = socket.socket(fileno=int(sys.argv[2]))
 socket.send_fds(s, [b"fd"], [st.listener_fd])
@@ -752,7 +752,7 @@ def test_a_prebuilt_filter_is_keyed_by_everything_the_builder_reads():
     import ast
     import inspect
 
-    from pipguard.oslayer import seccomp as oseccomp
+    from pipguard.sandbox.oslayer import seccomp as oseccomp
 
     read = {node.attr for node in ast.walk(ast.parse(inspect.getsource(oseccomp.build_filter)))
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "spec"}

@@ -12,7 +12,7 @@ import pytest
 import support
 from support import users
 
-from pipguard import acl
+from pipguard.sandbox import acl
 
 NOBODY_ONLY = range(support.NOBODY, support.NOBODY + 1)
 ROOT = Path(__file__).resolve().parent.parent

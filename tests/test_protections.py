@@ -5,9 +5,11 @@ import dataclasses
 
 import pytest
 
-from pipguard import doctor, host, protections
-from pipguard.plan import cleanup, make_plan
-from pipguard.policy import Policy
+from pipguard.cli import doctor
+from pipguard.sandbox import host
+from pipguard import protections
+from pipguard.sandbox.plan import cleanup, make_plan
+from pipguard.sandbox.policy import Policy
 from pipguard.protections import ACTIVE, DEGRADED, UNAVAILABLE, ProtectionState
 
 
@@ -93,7 +95,7 @@ def test_the_plan_carries_the_runs_settings(tmp_path):
         cleanup(plan)
 
 
-@pytest.mark.parametrize("module", ["launcher", "supervisor", "handlers", "lifetime", "_keeper", "_child"])
+@pytest.mark.parametrize("module", ["launcher", "supervisor", "handlers", "lifetime", "keeper", "first_process"])
 def test_nothing_after_the_plan_reads_the_policy(module):
     """The one-way flow: launcher and supervisor (its loop, handlers and lifetime) take the
     plan (and its settings), never the Policy: no name Policy, no attribute or variable
@@ -101,7 +103,7 @@ def test_nothing_after_the_plan_reads_the_policy(module):
     import ast
     import importlib
 
-    tree = ast.parse(open(importlib.import_module(f"pipguard.{module}").__file__).read())
+    tree = ast.parse(open(importlib.import_module(f"pipguard.sandbox.{module}").__file__).read())
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     names |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
     names |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments) for a in n.args}
@@ -112,7 +114,7 @@ def test_a_split_directory_is_listed_again_once_it_changes(tmp_path, monkeypatch
     """The plan splits /etc around the system secrets and keeps the split while no listed
     directory changed; here on a tree of our own: kept while nothing changed (not listed
     again), and a file added next to a secret shows up as a grant, the secret staying out."""
-    from pipguard import plan as planning
+    from pipguard.sandbox import plan as planning
 
     (tmp_path / "ssh").mkdir()
     (tmp_path / "ssh" / "ssh_host_key").write_text("secret")
@@ -131,7 +133,7 @@ def test_a_split_directory_is_listed_again_once_it_changes(tmp_path, monkeypatch
 
 
 def test_the_etc_split_is_what_a_fresh_split_gives():
-    from pipguard import plan as planning
+    from pipguard.sandbox import plan as planning
     from pipguard import rules
 
     first = planning._etc_entries()

@@ -9,10 +9,10 @@ import re
 import pytest
 
 from pipguard.errors import UsageError
-from pipguard.render import FORMATS, get, printable
-from pipguard.render import json as json_render
-from pipguard.render import markdown, sarif, table
-from pipguard.report import (
+from pipguard.report.render import FORMATS, get, printable
+from pipguard.report.render import json as json_render
+from pipguard.report.render import markdown, sarif, table
+from pipguard.report.model import (
     SCHEMA,
     Event,
     FileWritten,
@@ -369,8 +369,8 @@ def test_sarif_dropped_and_escaped():
 
 def test_install_table_keeps_versions_as_written():
     # tabulate parses "3.10" as the number 3.1 unless told not to
-    from pipguard.install import InstallResult, PackageResult
-    from pipguard.render import install as install_render
+    from pipguard.install.installer import InstallResult, PackageResult
+    from pipguard.report.render import install as install_render
 
     result = InstallResult(("pipguard", "install"), "installed", (),
                            (PackageResult("idna", "3.10", "idna-3.10-py3-none-any.whl", "0" * 64,
@@ -384,7 +384,7 @@ def test_install_table_keeps_versions_as_written():
 def test_findings_and_informational_events_are_shown_apart_and_tagged_in_json():
     """Every event says in the JSON whether it counts (``severity``), decided by the rule table;
     the table renderer lists informational ones under their own title, never as "Blocked"."""
-    from pipguard.render import json as json_render
+    from pipguard.report.render import json as json_render
 
     events = (ev(1), ev(2, kind="network", target="[::1]:0", rule="loopback-bind"),
               ev(3, action="allowed", target="/tmp/pipguard-x/home/.netrc", rule="config-lookup"),
@@ -409,7 +409,7 @@ def test_findings_and_informational_events_are_shown_apart_and_tagged_in_json():
 
 from html.parser import HTMLParser  # noqa: E402
 
-from pipguard.install import InstallResult, PackageResult, Phase  # noqa: E402
+from pipguard.install.installer import InstallResult, PackageResult, Phase  # noqa: E402
 
 #: Strings a package controls (its name, a path, a hostname, argv) that try to
 #: break out of a table cell or a code span, or inject HTML, links or images.
@@ -482,7 +482,7 @@ def install_result(status="refused", packages=(), phases=(), message="", finding
 
 def finding(package="evil", rule="pth-executable", member="evil.pth", line=1, message="executable .pth line",
             evidence="import os; os.system('curl x')", severity="critical"):
-    from pipguard.gate import Finding
+    from pipguard.gate.scan import Finding
 
     return Finding(package, f"{package}-1.0-py3-none-any.whl", severity, rule, member, line, message, evidence)
 
@@ -617,7 +617,7 @@ def test_markdown_tables_are_bounded():
 
 def test_the_combined_report_keeps_the_largest_use_of_each_limit():
     """An install's top-level limits: per limit, the hook call that came closest, named."""
-    from pipguard.report import combined
+    from pipguard.report.model import combined
 
     def run(memory_used, hit=None):
         return make(limits={"memory": {"value": 100, "by": "cgroup2", "scope": "run",
@@ -636,8 +636,8 @@ def test_the_combined_report_keeps_the_largest_use_of_each_limit():
 def test_a_file_left_in_the_namespace_tmp_says_so():
     """A file written in the namespace's own /tmp (gone with it) is marked in the table and
     in Markdown, and keeps its flag through a saved report; a host file is not marked."""
-    from pipguard.render import DISCARDED
-    from pipguard.report import from_json
+    from pipguard.report.render import DISCARDED
+    from pipguard.report.model import from_json
 
     report = make(files_written=(FileWritten("/tmp/stage.txt", "ab" * 32, 7, discarded=True),
                                  FileWritten("/srv/build/out.o", "cd" * 32, 9)))

@@ -1,4 +1,4 @@
-"""pipguard.render.safe: what pipguard prints and a build's output never drive the terminal
+"""pipguard.report.render.safe: what pipguard prints and a build's output never drive the terminal
 (issue 33: OSC 52 clipboard writes, clear screen, window titles, cursor moves over the verdict)."""
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from pipguard import buildoutput
-from pipguard.render.safe import (OWN_SGR, BuildOutputFilter, filter_build_output, json_text, printable,
+from pipguard.install import buildoutput
+from pipguard.report.render.safe import (OWN_SGR, BuildOutputFilter, filter_build_output, json_text, printable,
                                   terminal_text)
 
 #: one sample of each class of sequence or character a package could use on a terminal

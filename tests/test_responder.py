@@ -1,4 +1,4 @@
-"""The supervisor's native responder (pipguard/_responder.c) against the Python one.
+"""The supervisor's native responder (pipguard/sandbox/_responder.c) against the Python one.
 
 The second half of this file came from a review of the responder: it found opens the
 native thread answered CONTINUE where Python blocks and reports (relative paths through
@@ -28,14 +28,14 @@ pytestmark = [requires("linux"), requires("landlock", abi=6), requires("seccomp_
 def responder(request):
     if request.param == "native" and not _native_built():
         if os.environ.get("PIPGUARD_REQUIRE_ALL_LAYERS") == "1":
-            pytest.fail("pipguard._responder is not built (pip install -e . compiles it; gcc?)")
-        pytest.skip("pipguard._responder is not built")
+            pytest.fail("pipguard.sandbox._responder is not built (pip install -e . compiles it; gcc?)")
+        pytest.skip("pipguard.sandbox._responder is not built")
     return request.param
 
 
 def _native_built() -> bool:
     try:
-        from pipguard import _responder  # noqa: F401
+        from pipguard.sandbox import _responder  # noqa: F401
     except ImportError:
         return False
     return True
@@ -236,8 +236,8 @@ def test_a_listener_whose_tasks_all_exited_counts_as_hung_up():
     listener is dropped: ``notify.hung_up`` tells it apart from a live, quiet one."""
     import pyseccomp
 
-    from pipguard import notify
-    from pipguard.oslayer import seccomp
+    from pipguard.sandbox import notify
+    from pipguard.sandbox.oslayer import seccomp
 
     ready_r, ready_w = os.pipe()
     go_r, go_w = os.pipe()

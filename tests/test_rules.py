@@ -9,7 +9,7 @@ target, severity). Enforcers:
 
 - ``audit``: try_one.py under ``--isolation audit`` (the hook alone; no kernel layer);
 - ``supervisor``: the C helper under ``--isolation os`` with the Python responder;
-- ``native``: the same with the C responder (pipguard/_responder.c).
+- ``native``: the same with the C responder (pipguard/sandbox/_responder.c).
 
 A mutation in any one enforcer fails some case here (checked once by hand, see CHANGELOG).
 """
@@ -208,7 +208,7 @@ CASES = [
 
 def _native_built() -> bool:
     try:
-        from pipguard import _responder  # noqa: F401
+        from pipguard.sandbox import _responder  # noqa: F401
     except ImportError:
         return False
     return True
@@ -223,8 +223,8 @@ def enforcer(request):
             gates.need(cap, **kw)
     if request.param == "native" and not _native_built():
         if os.environ.get("PIPGUARD_REQUIRE_ALL_LAYERS") == "1":
-            pytest.fail("pipguard._responder is not built")
-        pytest.skip("pipguard._responder is not built")
+            pytest.fail("pipguard.sandbox._responder is not built")
+        pytest.skip("pipguard.sandbox._responder is not built")
     return request.param
 
 
@@ -266,7 +266,7 @@ def _run_with_private_roots(case: Case, ctx: Ctx, isolation: str, helper: str, s
     """The case through the library (``pipguard run`` has no private roots: only ``install``
     sets them), its output through a file in the build dir."""
     from pipguard import sandbox
-    from pipguard.policy import Policy
+    from pipguard.sandbox.policy import Policy
 
     assert not case.flags(ctx), "flags are pipguard run's"
     out = ctx.work / ".try-one.json"
@@ -369,7 +369,7 @@ def test_toolchain_roots_grant_path_dirs_in_a_home_but_never_credentials(tmp_pat
     """The plan's toolchain roots (docs/sandbox.md "Toolchains"): a PATH entry inside a home
     is granted with what its layout needs, never the home, nor anything at, below or above a
     credential or startup entry (Landlock could not take ~/.config/gh out of ~/.config)."""
-    from pipguard.plan import toolchain_roots
+    from pipguard.sandbox.plan import toolchain_roots
 
     home = tmp_path / "home"
     for d in (".cargo/bin", ".rustup/toolchains", ".pyenv/shims", ".pyenv/versions", ".local/bin",
@@ -389,7 +389,7 @@ def test_toolchain_prefixes_are_the_ungranted_directories_above_a_home_bin(tmp_p
     """The plan's toolchain prefixes: the parent of each ``bin``/``sbin`` PATH entry in a home
     that no grant covers (``~/.cargo``: it holds ``credentials.toml``); never one outside a
     home, never one already granted (pyenv's root, granted for its shims)."""
-    from pipguard.plan import toolchain_prefixes, toolchain_roots
+    from pipguard.sandbox.plan import toolchain_prefixes, toolchain_roots
 
     home = tmp_path / "home"
     for d in (".cargo/bin", ".pyenv/bin", ".local/bin", "bin", ".tools/shims"):

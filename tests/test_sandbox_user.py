@@ -30,8 +30,8 @@ import support
 from pg import pipguard
 from support import requires
 
-from pipguard import acl, sandbox_user
-from pipguard.policy import Policy
+from pipguard.sandbox import acl, sandbox_user
+from pipguard.sandbox.policy import Policy
 from pipguard.sandbox import run
 
 PY = sys.executable
@@ -149,7 +149,7 @@ def test_canaries_were_readable_to_root_without_the_switch(canaries):
     uid-0 process with every capability dropped (the old behaviour)."""
     path, marker = next(iter(canaries.items()))
     code = ("import ctypes, sys\n"
-            "from pipguard.oslayer import caps\n"
+            "from pipguard.sandbox.oslayer import caps\n"
             "caps.set_no_new_privs(); caps.lock_securebits(); caps.drop_all()\n"
             f"print(open({path!r}).read())\n")
     r = subprocess.run([PY, "-c", code], capture_output=True, text=True)
@@ -652,7 +652,7 @@ def test_a_read_tree_is_walked_again_only_when_it_changed(work, fake_home, monke
 
 REMOVE_TREE = textwrap.dedent("""
     import os, shutil, sys
-    from pipguard.files import remove_tree
+    from pipguard.sandbox.files import remove_tree
     top = sys.argv[1]
     os.makedirs(os.path.join(top, "keep", "deeper", "k"))
     open(os.path.join(top, "keep", "deeper", "k", "x"), "w").close()

@@ -1,4 +1,4 @@
-"""The hand-off of one hook call (pipguard/_seam/target.py ``_hand_off``, pipguard/seam.py).
+"""The hand-off of one hook call (pipguard/install/_seam/target.py ``_hand_off``, pipguard/install/seam.py).
 
 pip's process sends the call -- argv, cwd, environment, the stdin/stdout/stderr pip gave it and
 a pipe's write end -- to pipguard, then starts a ``/bin/sh`` placeholder that exits with the
@@ -17,8 +17,8 @@ import threading
 
 import pytest
 
-from pipguard._seam import target
-from pipguard.seam import SeamServer
+from pipguard.install._seam import target
+from pipguard.install.seam import SeamServer
 
 PYTHONS = [p for p in (sys.executable, os.path.expanduser("~/.pyenv/versions/3.9.18/bin/python"),
                        os.path.expanduser("~/.pyenv/versions/3.13.0/bin/python")) if os.path.exists(p)]

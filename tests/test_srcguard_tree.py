@@ -1,4 +1,4 @@
-"""The project tree check (pipguard.srcguard: snapshot_tree / check_and_restore) on real trees
+"""The project tree check (pipguard.gate.srcguard: snapshot_tree / check_and_restore) on real trees
 written by the test, each change made the way a build would make it; the installs themselves
 are tests/test_install_project_tree.py."""
 
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from pipguard import srcguard
+from pipguard.gate import srcguard
 
 
 def _tree(root, files):

@@ -1,5 +1,5 @@
 """What a killed pipguard leaves in the temp dir (a run's ``pipguard-XXXX``, the seam's
-``pipguard-seam-XXXX``) is removed by the next pipguard (pipguard/tempdirs.py), and
+``pipguard-seam-XXXX``) is removed by the next pipguard (pipguard/sandbox/tempdirs.py), and
 nothing else: never a live run's directory, another uid's, or one without an owner's lock."""
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def tmp():
     """A temp dir short enough for the seam's socket (a longer one puts it in /tmp)."""
     d = Path(tempfile.mkdtemp(prefix="pgt-", dir="/tmp"))
     yield d
-    from pipguard.files import remove_tree
+    from pipguard.sandbox.files import remove_tree
 
     remove_tree(str(d))
 

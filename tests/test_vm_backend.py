@@ -1,4 +1,4 @@
-"""The VM backend (``--isolation vm``, pipguard/backends/vm.py), under TCG.
+"""The VM backend (``--isolation vm``, pipguard/sandbox/vm/runner.py), under TCG.
 
 Few and slow on purpose: every test here boots a real QEMU guest (software
 emulation: ~20-50 s each on a loaded 2-vCPU host; the sdist install boots one
@@ -16,9 +16,9 @@ import time
 
 import pytest
 
-from pipguard.backends import vm
+from pipguard.sandbox.vm import runner as vm
 from pipguard.errors import LayerUnavailable, PolicyError
-from pipguard.policy import Policy
+from pipguard.sandbox.policy import Policy
 import support
 from support import gates, requires
 from support.env import clean_env
@@ -39,9 +39,9 @@ def _needs_vm_tools():
 def _pipguard(args, cwd, home, timeout=600, prelude=None):
     """``pipguard ARGS`` in a child Python; ``prelude``: the guest init's unsafe
     test prelude (the CLI has no such option: it is patched into vm.run)."""
-    code = "import sys; from pipguard.cli import main; sys.argv[0] = 'pipguard'; main()"
+    code = "import sys; from pipguard.cli.app import main; sys.argv[0] = 'pipguard'; main()"
     if prelude is not None:
-        code = ("import functools; import pipguard.backends.vm as v; "
+        code = ("import functools; import pipguard.sandbox.vm.runner as v; "
                 f"v.run = functools.partial(v.run, unsafe_guest_prelude={prelude!r}); " + code)
     return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, env=clean_env(home),
                           capture_output=True, text=True, timeout=timeout)

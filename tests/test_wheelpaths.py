@@ -1,4 +1,4 @@
-"""Where pip writes each wheel member (pipguard.wheelpaths), checked against the real pips, and
+"""Where pip writes each wheel member (pipguard.gate.wheelpaths), checked against the real pips, and
 the gate's rules over every spelling of a dangerous member (issue 33: `./x.pth`, `a//b` and the
 `.data/<scheme>/` forms skipped the rules that judged the raw name)."""
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from support.wheels import EVIL_PTH, make_wheel
-from pipguard import gate, wheelpaths
-from pipguard.ownership import target_layout
+from pipguard.gate import scan as gate, wheelpaths
+from pipguard.gate.ownership import target_layout
 
 # Spellings pip accepts, each with content naming it; none makes pip refuse the wheel.
 SPELLINGS = {

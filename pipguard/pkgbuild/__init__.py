@@ -4,6 +4,7 @@
 sandbox, in phases (see :mod:`pipguard.pkgbuild.review`) and returns a
 :class:`~pipguard.pkgbuild.result.PkgbuildResult`: each phase's evidence,
 the package's contents, and a status (``clean`` / ``blocked`` / ``error``).
+At the install's layer: uses the sandbox (and its VM runner), never the CLI.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ import tempfile
 from typing import Callable, Mapping, Optional, Sequence
 
 from pipguard.errors import PipguardError, UsageError
-from pipguard.files import remove_tree, walk
+from pipguard.sandbox.files import remove_tree, walk
 from pipguard.pkgbuild.result import PackageFile, Phase, PkgbuildResult
-from pipguard.policy import HostPort
+from pipguard.sandbox.policy import HostPort
 
 __all__ = ["MakepkgNotFound", "PackageFile", "Phase", "PkgbuildResult", "review"]
 
@@ -59,7 +60,7 @@ def review(directory: str, *, allow_hosts: Sequence[HostPort] = (), isolation: s
         if shutil.which(tool, path=env.get("PATH") or os.defpath) is None:
             raise MakepkgNotFound(f"{tool} is not installed", hint=INSTALL_HINT)
     if isolation == "vm":
-        from pipguard.backends import vm
+        from pipguard.sandbox.vm import runner as vm
 
         vm.preflight(vm_accel)  # no qemu, kernel or working KVM: exit 2 with the reason
     user = builduser.choose()
@@ -82,7 +83,7 @@ def _layout_parent() -> str:
     write (``Policy.read_only_by_landlock``) could be protected there only by a read-only mount,
     which makepkg refuses. Where ``/var/tmp`` is missing the default stays, and ``auto`` runs
     the review on the host's filesystem (``review.Reviewer``)."""
-    from pipguard.backends.ns import in_private_tmpfs
+    from pipguard.sandbox.backends.ns import in_private_tmpfs
 
     default = tempfile.gettempdir()
     if not in_private_tmpfs(default):
@@ -126,20 +127,20 @@ def _preload() -> None:
     import struct  # noqa: F401
     import threading  # noqa: F401
 
-    import pipguard._child  # noqa: F401
-    import pipguard.backends._vm_relay  # noqa: F401 (--isolation vm: the worker runs QEMU)
-    import pipguard.backends.ns  # noqa: F401 (auto and ns: the namespace backend)
-    import pipguard.backends.vm  # noqa: F401
-    import pipguard.files  # noqa: F401
-    import pipguard.launcher  # noqa: F401
-    import pipguard.notify  # noqa: F401
-    import pipguard.proxy  # noqa: F401
-    import pipguard.sandbox  # noqa: F401
-    import pipguard.supervisor  # noqa: F401
-    from pipguard.plan import precompile_hook
+    import pipguard.sandbox.first_process  # noqa: F401
+    import pipguard.sandbox.vm.relay  # noqa: F401 (--isolation vm: the worker runs QEMU)
+    import pipguard.sandbox.backends.ns  # noqa: F401 (auto and ns: the namespace backend)
+    import pipguard.sandbox.vm.runner  # noqa: F401
+    import pipguard.sandbox.files  # noqa: F401
+    import pipguard.sandbox.launcher  # noqa: F401
+    import pipguard.sandbox.notify  # noqa: F401
+    import pipguard.sandbox.proxy  # noqa: F401
+    import pipguard.sandbox.api  # noqa: F401
+    import pipguard.sandbox.supervisor  # noqa: F401
+    from pipguard.sandbox.plan import precompile_hook
 
     try:
-        from pipguard import _responder  # noqa: F401
+        from pipguard.sandbox import _responder  # noqa: F401
     except ImportError:
         pass
     try:

@@ -17,7 +17,6 @@ host runs with its identity.
 
 from __future__ import annotations
 
-import ctypes
 import grp
 import json
 import os
@@ -27,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict
 
 from pipguard.errors import PipguardError
+from pipguard.sandbox.sandbox_user import switch_to
 
 #: Just below systemd's dynamic-user range (61184-65519), which systemd hands
 #: out at run time; the first of these that no account, group or process uses.
@@ -144,24 +144,3 @@ def run_as_build_user(user: BuildUser, work: Callable[[], Dict[str, Any]],
 
 def _drop(user: BuildUser) -> None:
     switch_to(user.uid, user.gid)
-
-
-def switch_to(uid: int, gid: int) -> None:
-    """Switch this root process to ``uid``/``gid`` for good (no supplementary
-    groups) and keep it able to take its own children's seccomp listeners.
-    Also the VM guest's pipguard switches with it (:mod:`pipguard.backends._vm_guest`)."""
-    # groups and gid first, while CAP_SETGID is still there
-    os.setgroups([])
-    os.setresgid(gid, gid, gid)
-    os.setresuid(uid, uid, uid)
-    if os.getuid() != uid or os.geteuid() != uid:
-        raise PipguardError(f"could not switch to uid {uid}")
-    # A uid change clears the dumpable flag (and a forked child inherits it);
-    # the supervisor needs it set to take its own child's seccomp listener
-    # (pidfd_getfd checks ptrace access: without it EPERM, no supervisor, and
-    # every notified syscall, exec first, then fails with ENOSYS). Sandboxed
-    # processes still cannot ptrace this process: Landlock forbids tracing
-    # outside their domain.
-    PR_SET_DUMPABLE = 4
-    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0:
-        raise PipguardError("could not make the process traceable by itself (prctl PR_SET_DUMPABLE)")

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Tuple
 
 from pipguard import exitcodes
-from pipguard import report as report_mod
-from pipguard.report import Event, FileWritten, Report
+from pipguard.report import model as report_mod
+from pipguard.report.model import Event, FileWritten, Report
 
 #: status -> exit code (as for ``pipguard sandbox``)
 EXIT_CODES = {"clean": exitcodes.OK, "blocked": exitcodes.REFUSED, "error": exitcodes.ERROR,
@@ -213,7 +213,7 @@ def archive_contents(archive: str) -> Tuple[str, Tuple[PackageFile, ...]]:
 def package_contents(package: str, pkgdir: str) -> Tuple[PackageFile, ...]:
     """Every entry below ``pkgdir`` except directories, sorted by path. Links
     are recorded, never followed."""
-    from pipguard.files import sha256, walk
+    from pipguard.sandbox.files import sha256, walk
 
     out: List[PackageFile] = []
     for dirpath, dirnames, filenames in walk(pkgdir):

@@ -28,12 +28,12 @@ import stat
 import tarfile
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from pipguard.backends.ns import in_private_tmpfs
+from pipguard.sandbox.backends.ns import in_private_tmpfs
 from pipguard.errors import UsageError
 from pipguard.pkgbuild import srcinfo as srcinfo_mod
 from pipguard.pkgbuild.result import PKGEXT, Phase, PkgbuildResult, archive_contents, package_contents
-from pipguard.policy import HostPort, Policy
-from pipguard.report import Report
+from pipguard.sandbox.policy import HostPort, Policy
+from pipguard.report.model import Report
 
 Progress = Callable[[str], None]
 
@@ -109,7 +109,7 @@ class Reviewer:
                    builddir: Optional[str] = None) -> Report:
         """One sandboxed run; ``builddir`` is makepkg's ``BUILDDIR`` (default:
         the build phase's)."""
-        from pipguard.sandbox import run
+        from pipguard.sandbox.api import run
 
         # makepkg first checks that each of its settings directories exists and that its
         # mode lets this user write it (mkdir -p, [[ -w ]]): each phase sees them all, read-only

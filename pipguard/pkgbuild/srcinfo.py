@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 from urllib.parse import urlsplit
 
-from pipguard.policy import HostPort
+from pipguard.sandbox.policy import HostPort
 
 #: makepkg's checksum arrays and the hashlib name of each; ``ck`` (POSIX
 #: cksum CRC) is verified by makepkg only.

@@ -50,7 +50,7 @@ def traversable_by(path: str, uid: int = NOBODY):
     the first one in grants, and the last one out revokes, restoring what was there before the
     first grant. A holder that died without leaving is not counted (its pid is gone).
     """
-    from pipguard import acl, sandbox_user
+    from pipguard.sandbox import acl, sandbox_user
 
     mode = os.stat(path).st_mode
     if mode & 0o001:

@@ -1,0 +1,10 @@
+"""The static gate: what a wheel or sdist holds, judged before pip installs any of it.
+
+``scan`` holds the archive rules, ``findings`` the ``Finding`` and its severities (shared by
+the rules and ``ownership``: what an install would overwrite), ``pthshapes`` the known
+``.pth`` start-up hooks, ``wheelpaths`` where pip writes each member, ``coremeta`` core
+metadata as pip reads it, ``cache`` findings remembered by content, and ``srcguard`` what a
+hook call may not change in the tree it builds. Pure and bounded: no code from an artifact
+runs. May import the base, ``rules`` and ``sandbox.files`` (the one walk of a tree); never
+``install`` or ``cli``.
+"""
