@@ -161,7 +161,7 @@ def run() -> int:
         os.unlink(sarif)
         sarif = ""
     if data is not None:
-        from pipguard.render.markdown import from_json
+        from pipguard.report.render.markdown import from_json
 
         markdown = from_json(data)
         verdict = str(data.get("verdict") or "error")
