@@ -129,6 +129,7 @@ TIER_OVERRIDES = {  # "test_module::test_name" (no parameters) -> tier
     "test_protections::test_every_name_the_layers_use_is_in_the_table": "sandbox",  # runs `true`
     "test_render_safe::test_relay_copies_filtered_output_into_the_target_pipe_until_every_writer_is_gone": "sandbox",
     "test_tiers::test_the_unit_guard_sees_a_process_started": "sandbox",
+    "test_tiers::test_the_matrix_keeps_both_values_and_pips_per_test_and_every_pair_in_the_suite": "sandbox",
 }
 UNKNOWN_MODULE_TIER = "sandbox"  # a new module with none of TIER_FIXTURES: not promised to be quick
 
@@ -146,7 +147,50 @@ def tier_of(module: str, test_name: str, fixtures, markers) -> str:
     return TIER_ORDER[max(ranks)]
 
 
+# --- the pip matrix ------------------------------------------------------------------------------
+# A test taking `any_pip_target` (support.pipinstall.PIPS) and a two-valued axis of its own (the
+# `route`: index, find-links; test_install_project_tree's `how`: loud, quiet) runs on two of the
+# four pairs, not all four: each pip once and each value once (pairwise testing). Which two
+# alternates from test to test (a hash of its name and its other parameters, stable across runs and
+# machines), so the suite still runs every pair: tests/test_tiers.py checks both. A bug that only
+# one route *with* one pip shows is then caught by about half of these tests, not all;
+# PIPGUARD_FULL_MATRIX=1 runs all four pairs (before a release, or to chase such a bug).
+PAIRED_WITH_PIP = {"route": ("index", "find-links"), "how": ("loud", "quiet")}
+FULL_MATRIX = os.environ.get("PIPGUARD_FULL_MATRIX") == "1"
+
+
+def matrix_pairs(key: str, values) -> frozenset:
+    """The (value, pip) pairs a test runs on: both values, both pips, paired by ``key``."""
+    import zlib
+
+    from support.pipinstall import PIPS
+
+    flip = zlib.crc32(key.encode()) & 1
+    return frozenset({(values[0], PIPS[flip]), (values[1], PIPS[1 - flip])})
+
+
+def matrix_key(test: str, params: dict, axis: str) -> str:
+    """A test's name and its parameters other than the pip and the axis paired with it."""
+    rest = sorted(f"{k}={v}" for k, v in params.items() if k not in (axis, "any_pip_target"))
+    return "::".join([test, *rest])
+
+
+def _off_the_matrix(item) -> bool:
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if FULL_MATRIX or "any_pip_target" not in params:
+        return False
+    for axis, values in PAIRED_WITH_PIP.items():
+        if axis in params:
+            key = matrix_key(item.nodeid.partition("[")[0], params, axis)
+            return (params[axis], params["any_pip_target"]) not in matrix_pairs(key, values)
+    return False
+
+
 def pytest_collection_modifyitems(config, items):
+    dropped = [item for item in items if _off_the_matrix(item)]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if not _off_the_matrix(item)]
     for item in items:
         module = item.module.__name__ if item.module else item.path.stem
         name = getattr(item, "originalname", None) or item.name

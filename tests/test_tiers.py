@@ -106,3 +106,69 @@ def test_a_venv_from_the_template_is_the_venv_pip_makes(pip, tmp_path, wheelhous
     differ = [name for name in expected if got[name] != expected[name]]
     assert not differ, differ[:10]
     subprocess.run([str(path / "bin" / "pip"), "--version"], check=True, stdout=subprocess.DEVNULL)
+
+
+def _matrix_keys() -> dict:
+    """axis -> the keys (conftest.matrix_key) of every test case pairing that axis with the pip."""
+    found: dict = {axis: [] for axis in conftest.PAIRED_WITH_PIP}
+    for item in _all_items():
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        for axis in conftest.PAIRED_WITH_PIP:
+            if axis in params and "any_pip_target" in params:
+                found[axis].append(conftest.matrix_key(item.nodeid.partition("[")[0], params, axis))
+                break
+    return {axis: sorted(set(keys)) for axis, keys in found.items()}
+
+
+_COLLECTED: list = []
+
+
+def _all_items() -> list:
+    """Every test of the suite, collected in a child pytest (names and parameters only)."""
+    if not _COLLECTED:
+        import json
+
+        code = ("import json, sys, pytest\n"
+                "class P:\n"
+                "    def pytest_collection_modifyitems(self, items):\n"
+                "        out = [(i.nodeid, getattr(getattr(i, 'callspec', None), 'params', {})) for i in items]\n"
+                "        print('ITEMS=' + json.dumps(out, default=str))\n"
+                "sys.exit(pytest.main(['--collect-only', '-q', '-p', 'no:cacheprovider', sys.argv[1]], plugins=[P()]))\n")
+        env = {k: v for k, v in os.environ.items() if k != "PIPGUARD_FULL_MATRIX"}
+        out = subprocess.run([sys.executable, "-c", code, str(TESTS)], capture_output=True, text=True,
+                             cwd=TESTS.parent, env=env).stdout
+        line = next(ln for ln in out.splitlines() if ln.startswith("ITEMS="))
+        _COLLECTED.extend(_Item(nodeid, params) for nodeid, params in json.loads(line[len("ITEMS="):]))
+    return _COLLECTED
+
+
+class _Item:
+    def __init__(self, nodeid, params):
+        self.nodeid, self.callspec = nodeid, type("CallSpec", (), {"params": params})()
+
+
+def test_the_matrix_keeps_both_values_and_pips_per_test_and_every_pair_in_the_suite():
+    """Pairwise, not fewer: each test runs both pips and both values of its axis, and the
+    suite runs every (value, pip) pair somewhere."""
+    for axis, keys in _matrix_keys().items():
+        values = conftest.PAIRED_WITH_PIP[axis]
+        assert len(keys) >= 5, (axis, keys)
+        for key in keys:
+            pairs = conftest.matrix_pairs(key, values)
+            assert {v for v, _ in pairs} == set(values) and {p for _, p in pairs} == set(PIPS), (key, pairs)
+        assert set().union(*(conftest.matrix_pairs(k, values) for k in keys)) == {
+            (v, p) for v in values for p in PIPS}, axis
+
+
+def test_collected_matrix_tests_run_their_pairs_only(request):
+    """What this session runs is the matrix (all four pairs with PIPGUARD_FULL_MATRIX=1), and the
+    filter drops exactly the two pairs a test does not run."""
+    if conftest.FULL_MATRIX:
+        pytest.skip("PIPGUARD_FULL_MATRIX=1: every pair runs")
+    ran = [item for item in request.session.items if conftest._off_the_matrix(item)]
+    assert not ran, [item.nodeid for item in ran]
+    test, routes = "tests/test_x.py::test_y", conftest.PAIRED_WITH_PIP["route"]
+    off = {(r, p) for r in routes for p in PIPS
+           if conftest._off_the_matrix(_Item(test, {"route": r, "any_pip_target": p, "other": 1}))}
+    kept = conftest.matrix_pairs(conftest.matrix_key(test, {"other": 1}, "route"), routes)
+    assert len(off) == 2 and not off & kept
