@@ -47,7 +47,7 @@ CREDENTIAL_PATHS = (
 )
 # The files a stealer opens in each credential store above that is a directory (the first:
 # the one it opens first). The namespace backend plants a decoy at each in every real home,
-# so that opening one is a "decoy-read" and not a quiet ENOENT (pipguard.sandbox.backends.ns).
+# so that opening one is a "decoy-read" and not a quiet ENOENT (pipguard.sandbox.backends.ns.decoys).
 FIREFOX_PROFILE = "pipguard.default-release"  # named by the decoy profiles.ini
 _CHROMIUM_FILES = ("Local State", "Default/Login Data", "Default/Cookies", "Default/Network/Cookies",
                    "Default/Web Data", "Default/Login Data For Account")

@@ -10,6 +10,7 @@ import pytest
 
 from pipguard.sandbox import plan as plan_mod
 from pipguard.sandbox.backends import ns
+from pipguard.sandbox.backends.ns.decoys import HOME_DECOYS
 from pipguard.sandbox.policy import Policy
 
 
@@ -18,7 +19,7 @@ def _plan(work, isolation):
 
 
 def _decoys(plan):
-    return sorted(p for p in ns.HOME_DECOYS if os.path.exists(os.path.join(plan.home_dir, p)))
+    return sorted(p for p in HOME_DECOYS if os.path.exists(os.path.join(plan.home_dir, p)))
 
 
 def test_outside_the_block_a_run_cleans_up_at_once(work):
@@ -57,13 +58,13 @@ def test_a_directory_made_ahead_has_the_decoys_only_for_a_run_in_namespaces(work
         pytest.skip(f"no namespace backend here: {ns.probe().reason}")
     with plan_mod.idle_work():
         first = _plan(work, "ns")  # made on the spot: its decoys planted by the plan
-        assert _decoys(first) == sorted(ns.HOME_DECOYS)
+        assert _decoys(first) == sorted(HOME_DECOYS)
         plan_mod.cleanup(first)
         while plan_mod.on_idle():
             pass
         ready = plan_mod._IDLE.get().ready[0]
         second = _plan(work, "ns")  # made ahead, decoys included, with the plan's own token
-        assert second.run_dir == ready and _decoys(second) == sorted(ns.HOME_DECOYS)
+        assert second.run_dir == ready and _decoys(second) == sorted(HOME_DECOYS)
         assert not plan_mod._IDLE.get().stopped  # the namespace's own /tmp is no host grant
         token = second.namespace.token
         with open(os.path.join(second.home_dir, ".ssh/id_rsa")) as fh:

@@ -224,6 +224,22 @@ def test_loaded_by_path_imports_no_pipguard():
             assert not [n for n in named if n.split(".")[0] == "pipguard"], (module, named)
 
 
+def test_the_plan_takes_the_namespace_spec_and_decoys_from_below_the_kernel_calls():
+    """The plan takes the ns backend's spec and decoy tables from the two modules of
+    ``backends/ns/`` that make no kernel call (no ctypes, no other module of the package), never
+    from those that do (kernel, root, forked, probing); its probe goes through ``backends.load``."""
+    ns = "pipguard.sandbox.backends.ns"
+    pure = {f"{ns}.spec", f"{ns}.decoys"}
+    for module in sorted(pure):
+        tree = ast.parse(modules()[module].read_text())
+        named = [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
+        named += [node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+        assert "ctypes" not in named and not [n for n in named if n.startswith("pipguard.sandbox")], (module, named)
+    from_plan = {edge.target for edge in imports()
+                 if edge.source == "pipguard.sandbox.plan" and edge.target.startswith(ns + ".")}
+    assert from_plan == pure, from_plan
+
+
 def _dotted_name_resolves(name: str) -> bool:
     """``pipguard.a.b.c``: its longest module prefix imports and the rest are attributes of it."""
     import importlib

@@ -154,12 +154,12 @@ def test_every_credential_location_of_the_rule_table_is_a_decoy():
     """The one rule table decides what a credential is; the real homes' decoys follow it:
     each location has a decoy file at it or below it (a directory's first file)."""
     from pipguard import rules
-    from pipguard.sandbox.backends import ns
+    from pipguard.sandbox.backends.ns import decoys
 
     for rel in rules.CREDENTIAL_PATHS:
-        assert any(d == rel or d.startswith(rel + "/") for d in ns.DECOYS), rel
-    assert set(ns.DECOY_DIRECTORIES) <= set(rules.CREDENTIAL_PATHS)
-    for rel in ns.HOME_DECOYS:  # the run's own $HOME: nothing a build tool looks up by itself
+        assert any(d == rel or d.startswith(rel + "/") for d in decoys.DECOYS), rel
+    assert set(decoys.DECOY_DIRECTORIES) <= set(rules.CREDENTIAL_PATHS)
+    for rel in decoys.HOME_DECOYS:  # the run's own $HOME: nothing a build tool looks up by itself
         assert not any(rel == c or rel.startswith(c + "/") for c in rules.CONFIG_LOOKUPS), rel
 
 
@@ -261,42 +261,42 @@ def test_a_split_directory_is_bound_whole_with_what_it_left_out_masked(tmp_path)
     file, an empty directory); grants below a masked directory are bound on top of it."""
     from pathlib import Path
 
-    from pipguard.sandbox.backends import ns
+    from pipguard.sandbox.backends.ns import spec as nsspec
 
     # not below /tmp: the namespace's own /tmp is never collapsed (Landlock grants it whole)
     base = Path(tempfile.mkdtemp(dir="/var/tmp"))
     request_cleanup = shutil.rmtree
     d = base / "etc"
     d.mkdir()
-    for i in range(ns.COLLAPSE_AT + 3):
+    for i in range(nsspec.COLLAPSE_AT + 3):
         (d / f"conf{i}").write_text("ok")
     (d / "shadow").write_text("SECRET")
     (d / "ssl").mkdir()
     (d / "ssl" / "private").mkdir()
     (d / "ssl" / "certs").mkdir()
     (d / "link").symlink_to("conf0")  # granted by name: a symlink granted is no obstacle
-    grants = [str(d / f"conf{i}") for i in range(ns.COLLAPSE_AT + 3)] + [str(d / "ssl" / "certs"), str(d / "link")]
-    spec = ns.spec_for(grants, [], [], [], False)
+    grants = [str(d / f"conf{i}") for i in range(nsspec.COLLAPSE_AT + 3)] + [str(d / "ssl" / "certs"), str(d / "link")]
+    spec = nsspec.spec_for(grants, [], [], [], False)
     kinds = {m.path: m.kind for m in spec.mounts}
     assert kinds[str(d)] == "ro" and kinds[str(d / "shadow")] == "mask" and kinds[str(d / "ssl")] == "mask"
     assert kinds[str(d / "ssl" / "certs")] == "ro"
     assert not [p for p in kinds if p.startswith(str(d / "conf"))]  # no bind per entry
     # a home inside it (its decoy tmpfs goes below): split
-    kinds = {m.path: m.kind for m in ns.spec_for(grants, [], [], [str(d / "home")], False).mounts}
+    kinds = {m.path: m.kind for m in nsspec.spec_for(grants, [], [], [str(d / "home")], False).mounts}
     assert str(d) not in kinds and kinds[str(d / "conf0")] == "ro"
     # a left-out symlink cannot be covered by a mount: the directory stays split then
     (d / "other").symlink_to("shadow")
-    kinds = {m.path: m.kind for m in ns.spec_for(grants, [], [], [], False).mounts}
+    kinds = {m.path: m.kind for m in nsspec.spec_for(grants, [], [], [], False).mounts}
     assert str(d) not in kinds and kinds[str(d / "conf0")] == "ro"
     request_cleanup(base)
     # below /tmp: never collapsed
     t = tmp_path / "etc"
     t.mkdir()
-    for i in range(ns.COLLAPSE_AT + 3):
+    for i in range(nsspec.COLLAPSE_AT + 3):
         (t / f"conf{i}").write_text("ok")
     (t / "shadow").write_text("SECRET")
-    kinds = {m.path: m.kind for m in ns.spec_for([str(t / f"conf{i}") for i in range(ns.COLLAPSE_AT + 3)],
-                                                 [], [], [], False).mounts}
+    kinds = {m.path: m.kind for m in nsspec.spec_for([str(t / f"conf{i}") for i in range(nsspec.COLLAPSE_AT + 3)],
+                                                     [], [], [], False).mounts}
     assert str(t) not in kinds and "mask" not in kinds.values()
 
 

@@ -764,9 +764,9 @@ def _warm_up(isolation: str) -> None:
         import tomli  # noqa: F401
     host.planning_facts()
     if isolation == "auto":
-        from pipguard.sandbox.backends import ns
+        from pipguard.sandbox.backends.ns.probing import probe
 
-        ns.probe()  # what auto's plan asks first (a throw-away child: ~6 ms of the first call)
+        probe()  # what auto's plan asks first (a throw-away child: ~6 ms of the first call)
 
 
 def _redacted(args: Sequence[str]) -> List[str]:

@@ -83,7 +83,7 @@ def _layout_parent() -> str:
     write (``Policy.read_only_by_landlock``) could be protected there only by a read-only mount,
     which makepkg refuses. Where ``/var/tmp`` is missing the default stays, and ``auto`` runs
     the review on the host's filesystem (``review.Reviewer``)."""
-    from pipguard.sandbox.backends.ns import in_private_tmpfs
+    from pipguard.sandbox.backends.ns.spec import in_private_tmpfs
 
     default = tempfile.gettempdir()
     if not in_private_tmpfs(default):

@@ -28,7 +28,7 @@ import stat
 import tarfile
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from pipguard.sandbox.backends.ns import in_private_tmpfs
+from pipguard.sandbox.backends.ns.spec import in_private_tmpfs
 from pipguard.errors import UsageError
 from pipguard.pkgbuild import srcinfo as srcinfo_mod
 from pipguard.pkgbuild.result import PKGEXT, Phase, PkgbuildResult, archive_contents, package_contents

@@ -189,7 +189,7 @@ def _watch_decoys(started):
     entered = started.entered
     if entered is None or "decoys" not in entered.evidence_fds:
         return None
-    from pipguard.sandbox.backends.ns import DecoyWatch
+    from pipguard.sandbox.backends.ns.decoys import DecoyWatch
 
     return DecoyWatch(entered.evidence_fds["decoys"], entered.evidence_info.get("decoys", {}))
 

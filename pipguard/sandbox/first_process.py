@@ -20,7 +20,7 @@ goes on as one does. Nothing below runs before that config arrived.
 Confinement order (an invariant; each step relies on the previous one):
   1. new session (no controlling terminal: no TIOCSTI into the caller's tty)
   2. close every inherited descriptor except stdio and the control socket
-  2b. ``--isolation ns``: pipguard.sandbox.backends.ns.enter() makes the namespaces
+  2b. ``--isolation ns``: pipguard.sandbox.backends.ns.forked.enter() makes the namespaces
      and the new root; it returns only in the command's process (pid 2 of
      the new pid namespace), which goes on with step 3 in the new root
   3. chdir to the build dir (before Landlock: the walk needs no grant)
@@ -48,7 +48,7 @@ import signal
 import socket
 
 from pipguard.sandbox import backends
-from pipguard.sandbox.backends import ns, plain  # noqa: F401 (imported before fork: backends.load)
+from pipguard.sandbox.backends import ns, plain  # noqa: F401 (before fork: backends.load; ns loads all its modules)
 from pipguard.errors import PipguardError
 from pipguard.sandbox.oslayer import OsLayerSpec, apply, caps, landlock, seccomp  # noqa: F401 (imported before fork)
 from pipguard.sandbox.oslayer.seccomp import NOTIFIED

@@ -354,9 +354,9 @@ def _backend_spec(plan: Plan) -> Optional[dict]:
         return None
     spec = plan.namespace.to_json()
     if plan.namespace.idmap_writes and os.geteuid() == 0:
-        from pipguard.sandbox.backends import ns
+        from pipguard.sandbox.backends.ns.root import premade_idmaps
 
-        spec["idmap_userns"] = ns.premade_idmaps(plan.namespace)
+        spec["idmap_userns"] = premade_idmaps(plan.namespace)
     return spec
 
 

@@ -26,7 +26,7 @@ from pipguard import protections, rules
 
 if TYPE_CHECKING:
     from pipguard.protections import ProtectionState
-    from pipguard.sandbox.backends.ns import NamespaceSpec
+    from pipguard.sandbox.backends.ns.spec import NamespaceSpec
 
 HOOK_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_hook")
 # pipguard's own package, readable by every sandboxed interpreter (the hook is inside it)
@@ -142,7 +142,7 @@ class Plan:
     toolchain_prefixes: Tuple[str, ...] = ()
     # reads below these outside the grants are findings (Policy.private_roots)
     private_roots: Tuple[str, ...] = ()
-    #: the ns backend's new root (pipguard.sandbox.backends.ns); None: the plain backend
+    #: the ns backend's new root (pipguard.sandbox.backends.ns.spec); None: the plain backend
     namespace: Optional["NamespaceSpec"] = None
     #: write roots private to the sandbox (ns: its own /tmp and /dev/shm
     #: tmpfs): writable inside, never the host's directories of that name
@@ -373,9 +373,9 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
     # the host's); its homes are decoy tmpfs, readable (a read is evidence)
     namespace_tmpfs: Tuple[str, ...] = ()
     if in_ns:
-        from pipguard.sandbox.backends import ns
+        from pipguard.sandbox.backends.ns.spec import PRIVATE_TMPFS
 
-        namespace_tmpfs = ns.PRIVATE_TMPFS
+        namespace_tmpfs = PRIVATE_TMPFS
     write_roots += namespace_tmpfs
     # Derived roots must never widen into a home: `/bin/sh` would otherwise
     # make "/" (the parent of /bin) readable.
@@ -456,21 +456,22 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
             system = [g for root in rules.SYSTEM_READ for g in grants_excluding(root, homes)]
             readable = [*system, *_etc_entries(), *read_roots]
             if in_ns:
-                from pipguard.sandbox.backends import ns
+                from pipguard.sandbox.backends.ns.decoys import HOME_DECOYS, plant_decoys
+                from pipguard.sandbox.backends.ns.spec import spec_for
 
-                namespace = ns.spec_for(readable, [*(r for r in write_roots if r not in namespace_tmpfs), fifo],
-                                        [*DEVICES, *_tty_devices()], homes, network == "all",
-                                        sandbox_home=home_dir,
-                                        # without Landlock a writable mount would be no barrier at all
-                                        # (ABI 3: truncate(2) is Landlock's from there on)
-                                        landlock_read_only=policy.read_only_by_landlock
-                                        if facts is not None and facts.landlock_abi >= 3 else (),
-                                        token=decoy_token)
+                namespace = spec_for(readable, [*(r for r in write_roots if r not in namespace_tmpfs), fifo],
+                                     [*DEVICES, *_tty_devices()], homes, network == "all",
+                                     sandbox_home=home_dir,
+                                     # without Landlock a writable mount would be no barrier at all
+                                     # (ABI 3: truncate(2) is Landlock's from there on)
+                                     landlock_read_only=policy.read_only_by_landlock
+                                     if facts is not None and facts.landlock_abi >= 3 else (),
+                                     token=decoy_token)
                 readable += namespace.decoy_homes
                 # in the run's own $HOME before anything runs: they are not the build's writes
                 # (a run directory made ahead while pipguard was idle has them already)
                 if decoy_token is None:
-                    ns.plant_decoys(home_dir, namespace.token, ns.HOME_DECOYS)
+                    plant_decoys(home_dir, namespace.token, HOME_DECOYS)
             os_spec = OsLayerSpec(
                 read_paths=tuple(dict.fromkeys(p for p in readable if p)),
                 write_paths=tuple(dict.fromkeys([*write_roots, fifo])),
@@ -513,9 +514,9 @@ def _host_facts(policy: Policy):
 
     facts = host.planning_facts()
     if policy.isolation == "auto" and policy.prefer_ns:
-        from pipguard.sandbox.backends import ns
+        from pipguard.sandbox import backends
 
-        probe = ns.probe()
+        probe = backends.load("ns").probe()  # through the backend interface, as the first process enters it
         facts = dataclasses.replace(facts, user_namespaces=probe.available,
                                     user_namespaces_reason=probe.reason)
     return facts
@@ -552,10 +553,11 @@ def _new_run_dir(decoys: bool) -> Tuple[str, Optional[str]]:
         os.mkfifo(fifo, 0o600)
         if not decoys:
             return run_dir, None
-        from pipguard.sandbox.backends import ns
+        from pipguard.sandbox.backends.ns.decoys import HOME_DECOYS, plant_decoys
+        from pipguard.sandbox.backends.ns.spec import new_token
 
-        token = ns.new_token()
-        ns.plant_decoys(home_dir, token, ns.HOME_DECOYS)
+        token = new_token()
+        plant_decoys(home_dir, token, HOME_DECOYS)
         return run_dir, token
     except BaseException:
         _remove(run_dir)

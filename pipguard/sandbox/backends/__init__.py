@@ -119,7 +119,8 @@ class Entered:
 
 class Backend(Protocol):
     """The interface each backend module implements (module-level functions
-    in the module named after it: ``pipguard.sandbox.backends.ns``)."""
+    in the module or package named after it: ``pipguard.sandbox.backends.ns``,
+    whose ``__init__`` names them)."""
 
     name: str
 
