@@ -196,6 +196,13 @@ def pytest_collection_modifyitems(config, items):
         name = getattr(item, "originalname", None) or item.name
         markers = {m.name for m in item.iter_markers()}
         item.add_marker(getattr(pytest.mark, tier_of(module, name, item.fixturenames, markers)))
+    if hasattr(config, "workerinput"):
+        # pytest-xdist: the costliest tier first (longest-first scheduling), so that the VM and
+        # install tests do not end the run on one worker while the other has nothing left to
+        # take; within a tier, the collection's order. Every worker sorts the same way, as
+        # xdist requires of their collections.
+        cost = {tier: -rank for rank, tier in enumerate(TIER_ORDER)}
+        items.sort(key=lambda item: min(cost[t] for t in TIER_ORDER if item.get_closest_marker(t)))
 
 
 class _UnitSpawnGuard:
