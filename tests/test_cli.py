@@ -95,9 +95,9 @@ def test_pipguards_table_of_pip_options_has_every_option_of_this_pip():
     starts: that took longer than pip's own start, and pip's usage came first)."""
     from pip._internal.commands import create_command
 
-    from pipguard.cli import app as pgcli
+    from pipguard.cli import install
 
-    assert set(create_command("install").parser._long_opt) <= pgcli.PIP_INSTALL_OPTIONS
+    assert set(create_command("install").parser._long_opt) <= install.PIP_INSTALL_OPTIONS
 
 
 def test_pip_options_near_pipguards_stay_pips(work):
@@ -304,3 +304,38 @@ def test_readmes_run_example_works_from_a_new_shell(fake_home, loopback_tcp):
     assert not any(m in out for m in fake_home.markers.values()), out
     assert "BLOCKED" in out and "10.0.0.1" not in out
     assert not loopback_tcp.received
+
+
+# -- what the fast path loads ----------------------------------------------------------------
+_LOADED = r"""
+import json, sys
+from pipguard.sandbox import api
+def at_run(*args, **kwargs):  # the sandbox would start here
+    raise SystemExit(0)
+api.run = at_run
+from pipguard.cli.app import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+print(json.dumps(sorted(m for m in sys.modules if m.startswith(("pipguard.cli", "click")))))
+"""
+_COMMANDS = {"pipguard.cli.run", "pipguard.cli.install", "pipguard.cli.approve", "pipguard.cli.pkgbuild",
+             "pipguard.cli.doctor", "pipguard.cli.doctor_checks"}
+
+
+@pytest.mark.parametrize("argv, command_module", [(["run", "--", "true"], "pipguard.cli.run"),
+                                                  (["--version"], None)])
+def test_the_fast_path_loads_no_click_and_only_its_command(argv, command_module, tmp_path):
+    """``pipguard run -- CMD`` and ``--version`` start without click and without the other
+    commands' modules (start-up cost; ``install``'s is checked in test_install_seam.py)."""
+    proc = subprocess.run([PY, "-c", _LOADED, *argv], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    *shown, last = proc.stdout.splitlines()
+    imported = set(json.loads(last))
+    assert {"pipguard.cli.app", "pipguard.cli.options"} <= imported, imported
+    assert not imported & ({"click"} | _COMMANDS - {command_module}), imported
+    if command_module is None:
+        assert shown and shown[0].startswith("pipguard, version"), proc.stdout
+    else:
+        assert command_module in imported, imported

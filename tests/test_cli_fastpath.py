@@ -11,6 +11,7 @@ import click
 import pytest
 
 from pipguard.cli import app as cli
+from pipguard.cli import options
 
 OPTIONS = [
     [], ["--allow-network"], ["--deny-subprocess"], ["--no-observe-reads"], ["--observe-reads"],
@@ -52,7 +53,7 @@ def test_fast_parser_agrees_with_click(chunk, capsys):
     for i, argv in enumerate(cases()):
         if i % 4 != chunk:
             continue
-        fast = cli._fast_run_params(list(argv))
+        fast = options._fast_run_params(list(argv))
         if fast is None:
             continue  # click parses it, as before
         checked += 1
@@ -96,7 +97,7 @@ def test_fast_install_parser_agrees_with_click(command, capsys):
         for pip in PIP_ARGS:
             for argv in ([*INSTALL_OPTIONS[first], *pip, *INSTALL_OPTIONS[second]],
                          [*pip, *INSTALL_OPTIONS[first], *INSTALL_OPTIONS[second]]):
-                fast = cli._fast_install_params([command, *argv])
+                fast = options._fast_install_params([command, *argv])
                 if fast is None:
                     continue
                 checked += 1
@@ -105,3 +106,4 @@ def test_fast_install_parser_agrees_with_click(command, capsys):
                 assert fast == (command, expected), argv
     capsys.readouterr()
     assert checked > 500
+

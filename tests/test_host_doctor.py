@@ -12,7 +12,7 @@ import platform
 
 import pytest
 
-from pipguard.cli import doctor
+from pipguard.cli import doctor_checks as doctor
 from pipguard.sandbox import host
 
 STRICT = os.environ.get("PIPGUARD_REQUIRE_ALL_LAYERS", "") == "1"

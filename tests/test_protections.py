@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from pipguard.cli import doctor
+from pipguard.cli import doctor_checks as doctor
 from pipguard.sandbox import host
 from pipguard import protections
 from pipguard.sandbox.plan import cleanup, make_plan
