@@ -136,6 +136,27 @@ def test_a_spare_killed_from_outside_is_replaced_by_a_fresh_fork(tmp_path, no_sp
     assert launcher._spare is None and _gone(first)
 
 
+def test_a_spare_that_cannot_answer_its_config_is_replaced(tmp_path, no_spare, monkeypatch):
+    """A spare SIGKILLed just before its run took the config into its socket all the same (the
+    kill lands when the dying process is next scheduled: on a loaded CI machine, later), and the
+    run failed with "connection reset". The launcher now waits for the spare's answer to its
+    config; a stopped spare (it cannot answer: what a not-yet-dead one looks like, made
+    deterministic) is replaced by a fresh fork after the answer's timeout, and killed."""
+    monkeypatch.setattr(launcher, "SPARE_ANSWER_TIMEOUT", 0.5, raising=False)
+    launcher.fork_spare()
+    keeper, first = _spare_pids()
+    os.kill(first, signal.SIGSTOP)
+    marker = tmp_path / "ran"
+    report = run([sys.executable, "-c", f"open({str(marker)!r}, 'a').write('x')"], Policy(), cwd=str(tmp_path))
+    assert report.exit_code == 0 and report.error is None and report.verdict == "clean", \
+        (report.error, report.events)
+    assert marker.read_text() == "x"  # once, by the fresh fork
+    deadline = time.monotonic() + 5
+    while not _gone(first) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _gone(first)
+
+
 def test_a_run_whose_keeper_vanished_is_an_error_not_clean(tmp_path, no_spare):
     """The keeper is what reports the command's status: a run whose keeper was killed before it
     did has no known outcome, and its report says so (verdict error), never clean."""

@@ -84,6 +84,10 @@ def become(uid: int, gid: int) -> None:
         raise PipguardError(f"the sandbox user switch to {uid}:{gid} did not stick")
 
 
+#: a spare's one-byte answer to its config (the launcher reads it before anything else)
+SPARE_READY = b"c"
+
+
 def _await_config(control_fd: int) -> dict:
     """A spare's wait for its run (see the module's docstring); exits when
     pipguard goes away first."""
@@ -104,6 +108,10 @@ def _await_config(control_fd: int) -> dict:
             os.dup2(fd, target)
             os.close(fd)
     config = dict(json.loads(data), control_fd=control_fd)
+    # The launcher waits for this byte before the run goes on with us: a spare killed while it
+    # waited would otherwise take the config into its dying socket, and the run would fail
+    # instead of starting on a fresh fork (launcher._hand_over).
+    os.write(control_fd, SPARE_READY)
     for resource_id, soft, hard in config.get("rlimits", ()):
         resource.setrlimit(resource_id, (soft, hard))  # inherited by the whole tree
     return config

@@ -394,6 +394,8 @@ def _send_config(sock: socket.socket, config: dict) -> None:
 # -- the spare: the next run's keeper and first process, forked ahead ---------
 
 _spare: Optional[Tuple[ChildProcess, socket.socket, int]] = None
+#: seconds a spare has to answer its config (it is blocked in recv: microseconds, unless stopped)
+SPARE_ANSWER_TIMEOUT = 5.0
 _spare_lock = threading.Lock()
 
 
@@ -436,12 +438,23 @@ def _hand_over(spare: Tuple[ChildProcess, socket.socket], config: dict) -> bool:
     spare now waits through whole hook calls, where an OOM kill or a stray ``kill`` can
     reach it (review: a run whose keeper was gone went on without one, and was reported
     clean)."""
+    from pipguard.sandbox.first_process import SPARE_READY
+
     process, parent_sock = spare
     try:
         process.receive_root()
         if not process.keeper_alive():
             raise OSError("the spare's keeper is gone")
         _send_config(parent_sock, config)
+        # A spare SIGKILLed just before this takes the config into its socket all the same, and
+        # the run then failed with "connection reset" (seen in CI): only its answer says that it
+        # read the config. It waits in recv, so it answers at once; the timeout is for a stopped one.
+        parent_sock.settimeout(SPARE_ANSWER_TIMEOUT)
+        try:
+            if parent_sock.recv(1) != SPARE_READY:
+                raise OSError("the spare ended before it read its config")
+        finally:
+            parent_sock.settimeout(None)
         return True
     except (OSError, PipguardError):
         process.kill()
