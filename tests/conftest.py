@@ -305,6 +305,12 @@ def pytest_configure(config):
     # The tests model a terminal user, whose Ctrl-C reaches pipguard: give them that.
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    if _PRIVATE_TEMPROOT and not config.option.basetemp and not hasattr(config, "workerinput"):
+        # <root>/t instead of <root>/pytest-of-root/pytest-0: 22 characters less in every test
+        # path. A venv whose bin/ path is long gets pip's /bin/sh wrapper scripts, so
+        # support.pipinstall.make_venv must make it the slow way (3-8 s, not 1): with
+        # pytest-xdist's popen-gwN/ on top, most install tests' venvs crossed that line.
+        config.option.basetemp = os.path.join(_PRIVATE_TEMPROOT, "t")
     if hasattr(config, "workerinput"):  # a pytest-xdist worker: its basetemp is <session's>/gwN
         from support import pipinstall
 
