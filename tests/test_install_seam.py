@@ -551,7 +551,8 @@ def test_pip_starts_before_the_models_and_the_sandbox_are_imported(tmp_path):
     assert {"pipguard.cli.app", "pipguard.cli.install", "pipguard.install.seam"} <= imported, imported
     later = {"pipguard.cli.run", "pipguard.cli.approve", "pipguard.cli.pkgbuild", "pipguard.cli.doctor",
              "pipguard.cli.doctor_checks",
-             "pipguard.install.installer", "pipguard.sandbox.limits", "pipguard.install.policyfile", "pipguard.install.approvals",
+             "pipguard.install.installer", "pipguard.install.session", "pipguard.install.hooks",
+             "pipguard.install.gating", "pipguard.install.importprobe", "pipguard.sandbox.limits", "pipguard.install.policyfile", "pipguard.install.approvals",
              "pipguard.sandbox.policy", "pipguard.report.model", "pipguard.install.result", "pipguard.sandbox.files", "pipguard.gate.scan",
              "pipguard.install.hookcall", "pipguard.sandbox.plan", "pipguard.sandbox.api", "pipguard.sandbox.launcher", "packaging",
              "click"}

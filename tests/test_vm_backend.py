@@ -1,4 +1,4 @@
-"""The VM backend (``--isolation vm``, pipguard/sandbox/vm/runner.py), under TCG.
+"""The VM backend (``--isolation vm``, pipguard/sandbox/vm/), under TCG.
 
 Few and slow on purpose: every test here boots a real QEMU guest (software
 emulation: ~20-50 s each on a loaded 2-vCPU host; the sdist install boots one
@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from pipguard.sandbox.vm import qemu, tools
 from pipguard.sandbox.vm import runner as vm
 from pipguard.errors import LayerUnavailable, PolicyError
 from pipguard.sandbox.policy import Policy
@@ -24,7 +25,7 @@ from support import gates, requires
 from support.env import clean_env
 from support.pkgbuilds import review
 
-_tools, _parts = vm.find_tools()
+_tools, _parts = tools.find_tools()
 _missing = "; ".join(f"{p.name}: {p.reason}" for p in _parts if p.reason)
 
 
@@ -150,7 +151,7 @@ def test_a_guest_kernel_crash_gives_exit_2_and_the_console_tail(tmp_path, fake_h
 
 
 def test_without_working_kvm_vm_exits_2_with_the_reason(tmp_path, fake_home):
-    kvm = next(p for p in vm.probe().parts if p.name == "kvm")
+    kvm = next(p for p in qemu.probe().parts if p.name == "kvm")
     if kvm.ok:
         pytest.skip("KVM works here: the refusal path cannot be provoked")  # GitHub runners
     result = _pipguard(["run", "--isolation", "vm", "--", "true"], cwd=tmp_path, home=fake_home.path)

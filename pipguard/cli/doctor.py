@@ -38,14 +38,14 @@ def _doctor(fmt) -> None:
 
     from pipguard.cli import doctor_checks
     from pipguard.sandbox import host, sandbox_user
-    from pipguard.sandbox.vm import runner as vm
+    from pipguard.sandbox.vm import qemu
 
     # first: what runs killed mid-way left (every run does the same before it starts)
     restored = sandbox_user.replay_stale(again=True)
     facts = host.probe()
     checks = (doctor_checks.checks(facts)
               + [doctor_checks.limits_check(), doctor_checks.stale_grants_check(restored, sandbox_user.needed())]
-              + doctor_checks.vm_checks(vm.probe()))
+              + doctor_checks.vm_checks(qemu.probe()))
     degraded = doctor_checks.default_isolation_degraded(checks)
     limits_row = next(c for c in checks if c.name == "limits")
     if fmt == "json":

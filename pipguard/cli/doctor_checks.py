@@ -122,7 +122,7 @@ _VM_PARTS = {"qemu": "--isolation vm (QEMU)", "kernel": "--isolation vm (the gue
 
 
 def vm_checks(probe) -> List[Check]:
-    """Lines for the VM backend (``pipguard.sandbox.vm.runner.probe()``). Optional:
+    """Lines for the VM backend (``pipguard.sandbox.vm.qemu.probe()``). Optional:
     ``auto`` never uses it, so none of them makes the default isolation degraded.
     Without ``kvm`` the backend still runs with ``--vm-accel tcg``."""
     out = []

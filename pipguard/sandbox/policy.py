@@ -134,7 +134,7 @@ class Policy:
       ``os``, inside user/mount/pid/net/ipc/uts namespaces: fail if they are
       unavailable; ``auto`` chooses it where it works, see ``prefer_ns``), ``audit`` (Python audit
       hooks only, for non-Linux hosts), ``vm`` (a QEMU guest
-      running the layers above: :mod:`pipguard.sandbox.vm.runner`; never chosen by
+      running the layers above: :mod:`pipguard.sandbox.vm`; never chosen by
       ``auto``).
     - ``vm_accel``: under ``vm``, ``kvm`` (fails when KVM does not work
       here) or ``tcg`` (software emulation, slow). Ignored otherwise.

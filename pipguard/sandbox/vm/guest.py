@@ -1,4 +1,4 @@
-"""The guest side of the VM backend (:mod:`pipguard.sandbox.vm.runner`).
+"""The guest side of the VM backend (:mod:`pipguard.sandbox.vm`; its host side: ``runner``).
 
 The guest's init (a busybox shell script in the initramfs) runs
 ``python -m pipguard.sandbox.vm.guest CONFIG PORT`` as guest root, after it
