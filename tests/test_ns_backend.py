@@ -569,7 +569,9 @@ def test_siblings_proc_files_are_its_own_under_ns_with_read_observation(work, fa
     were ``proc-other-process``: the namespace pid was looked up as a host pid), while the
     key read in the same run still is."""
     key = str(fake_home.secrets["id_rsa"])
-    script = ('sleep 5 & kid=$!; tr "\\0" " " < /proc/$kid/cmdline; echo; '
+    # the sibling is read once it runs sleep (before its exec it is a copy of the shell)
+    script = ('sleep 5 & kid=$!; i=0; until [ "$(tr "\\0" " " < /proc/$kid/cmdline)" = "sleep 5 " ] '
+              '|| [ $i -ge 1000 ]; do i=$((i+1)); done; tr "\\0" " " < /proc/$kid/cmdline; echo; '
               'wc -c < /proc/$kid/environ; cat /proc/1/cmdline | wc -c; kill $kid; cat "$1"')
     r = pg.cli(["run", "--isolation", "ns", "--observe-reads", "--", "sh", "-c", script, "sh", key],
                cwd=work, env=fake_home.env())
