@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import venv
 from pathlib import Path
 from typing import Optional
 
@@ -39,7 +40,8 @@ def make_venv(path: Path, pip: str, wheelhouse: Path) -> Path:
     if len(new_bin) > 100 or any(c.isspace() for c in new_bin):  # distlib: a /bin/sh 'exec' wrapper
         return _make_venv_with_pip(path, pip, wheelhouse)
     template = _venv_template(pip, wheelhouse)
-    subprocess.run([PY, "-m", "venv", "--without-pip", str(path)], check=True)
+    # what `python -m venv --without-pip PATH` does, in this process (PY is sys.executable)
+    venv.EnvBuilder(with_pip=False, symlinks=os.name != "nt").create(str(path))
     cfg = path / "pyvenv.cfg"  # its "command" line, as `python -m venv PATH` writes it
     cfg.write_text(cfg.read_text().replace(" -m venv --without-pip ", " -m venv ", 1))
     site = Path("lib") / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
