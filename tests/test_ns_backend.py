@@ -502,6 +502,23 @@ def _ns_pids(ancestor):
     return found
 
 
+@requires("strace")
+def test_pid1_is_not_dumpable_before_the_command_execs(work, fake_home, tmp_path):
+    """The order, not a moment caught under load: pid 1 turns not dumpable (after the launcher
+    took its fds) before the command's execve starts — never in the window after it. strace
+    records both processes' calls in the order the kernel ran them."""
+    record = tmp_path / "strace.out"
+    proc = subprocess.run(["strace", "-f", "-qq", "-e", "trace=prctl,execve", "-o", str(record),
+                           sys.executable, "-m", "pipguard", "run", "--isolation", "ns", "--", "/bin/true"],
+                          cwd=work, env=fake_home.env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = record.read_text().splitlines()
+    sealed = [i for i, line in enumerate(lines) if "PR_SET_DUMPABLE, SUID_DUMP_DISABLE" in line]
+    command = [i for i, line in enumerate(lines) if 'execve("/bin/true"' in line]
+    assert sealed and command, "\n".join(lines[-30:])
+    assert max(sealed) < command[0], "\n".join(lines[min(sealed + command):])
+
+
 @requires("root")
 def test_pid1_is_not_dumpable_once_the_command_runs(work, fake_home):
     """pid 1 holds pipguard's memory (index credentials included). Landlock's ptrace scope keeps
@@ -517,7 +534,7 @@ def test_pid1_is_not_dumpable_once_the_command_runs(work, fake_home):
             pids = _ns_pids(proc.pid)
             if 1 in pids and 2 in pids and open(f"/proc/{pids[2]}/comm").read().strip() == "sleep":
                 break
-            time.sleep(0.05)
+            time.sleep(0.001 if 1 in pids else 0.05)  # from pid 1 on: the first moment the command runs
         assert 1 in pids and 2 in pids, pids
         command_owner = os.stat(f"/proc/{pids[2]}/environ").st_uid
         assert command_owner == support.NOBODY  # the sandbox's uid, dumpable: its own files

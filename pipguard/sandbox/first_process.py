@@ -28,6 +28,8 @@ Confinement order (an invariant; each step relies on the previous one):
      also with ``--isolation audit`` — see :func:`become`
   5. oslayer.apply(): no_new_privs -> drop capabilities -> Landlock -> seccomp
   6. hand the listener fd to the supervisor, close the control socket
+  6b. the backend's ``before_exec()`` (ns: wait until pid 1, whose fds the launcher
+     took at step 6, is not dumpable: the command never sees it dumpable)
   7. execve with the scrubbed environment — the last thing before the command
 
 Running as another uid changes what pipguard may do to us: from step 4 to
@@ -133,7 +135,8 @@ def confine_and_exec(config: dict) -> None:
     os.closerange(3, control_fd)
     os.closerange(control_fd + 1, 65536)
     was_root = os.geteuid() == 0
-    entered = backends.load(config["backend"]).enter(config["backend_spec"], control_fd)
+    backend = backends.load(config["backend"])
+    entered = backend.enter(config["backend_spec"], control_fd)
     os.chdir(config["cwd"])
 
     status: dict = {"applied": [], "unavailable": {}, "landlock_abi": 0}
@@ -172,6 +175,7 @@ def confine_and_exec(config: dict) -> None:
     if listener is not None:
         os.close(listener)
     os.close(control_fd)
+    backend.before_exec()
     try:
         os.execve(config["executable"], config["argv"], config["env"])
     except OSError as exc:

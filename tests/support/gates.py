@@ -152,6 +152,7 @@ def capabilities() -> dict:
     seccomp, notif = probe_seccomp()
     root = os.geteuid() == 0
     gcc = shutil.which("gcc")
+    strace = shutil.which("strace")
     caps = {
         "landlock": landlock,
         "seccomp": seccomp,
@@ -161,6 +162,7 @@ def capabilities() -> dict:
         "netns": _probe_unshare(CLONE_NEWNET if root else CLONE_NEWUSER | CLONE_NEWNET, "network namespace"),
         "ipv6_loopback": _probe_ipv6_loopback(),
         "gcc": Probe(bool(gcc), int(bool(gcc)), gcc or "gcc not on PATH"),
+        "strace": Probe(bool(strace), int(bool(strace)), strace or "strace not on PATH"),
         "linux": Probe(sys.platform == "linux", 1, sys.platform),
     }
     return caps

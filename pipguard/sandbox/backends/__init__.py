@@ -134,6 +134,11 @@ class Backend(Protocol):
         """In the forked first process, before the OS layer: build the world.
         Returns only in the process that goes on to exec the command."""
 
+    def before_exec(self) -> None:
+        """In that process, after the launcher's acknowledgement, right before
+        the execve: settle what must hold from the command's first instruction
+        (ns: its pid 1 made not dumpable, once the launcher took its fds)."""
+
 
 def load(backend: str):
     """The module of ``backend`` (one of :data:`BACKENDS`). The launcher's first

@@ -26,3 +26,7 @@ def spec_for(plan: Any) -> Optional[Mapping[str, Any]]:
 def enter(spec: Optional[Mapping[str, Any]], control_fd: int) -> None:
     """Nothing to build: the first process goes on to confine itself."""
     return None
+
+
+def before_exec() -> None:
+    """Nothing to settle before the command's execve."""

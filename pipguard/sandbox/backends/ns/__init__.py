@@ -76,8 +76,8 @@ process imports this package, and with it every module its forked side runs, bef
 from __future__ import annotations
 
 from pipguard.sandbox.backends.ns import decoys, kernel, root  # noqa: F401 (the forked side's: before any fork)
-from pipguard.sandbox.backends.ns.forked import enter
+from pipguard.sandbox.backends.ns.forked import before_exec, enter
 from pipguard.sandbox.backends.ns.probing import probe
 from pipguard.sandbox.backends.ns.spec import NamespaceSpec, name, spec_for
 
-__all__ = ["NamespaceSpec", "enter", "name", "probe", "spec_for"]
+__all__ = ["NamespaceSpec", "before_exec", "enter", "name", "probe", "spec_for"]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
-from typing import Any, Dict, Mapping
+from typing import Any, Dict, List, Mapping
 
 from pipguard.sandbox.backends.ns.kernel import (CLONE_NEWIPC, CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWPID,
                                                  CLONE_NEWUSER, CLONE_NEWUTS, PR_SET_DUMPABLE, NamespaceError,
@@ -153,30 +153,32 @@ def _init(spec: NamespaceSpec, trees: Dict[str, int], status_w: int, control_fd:
     # pid 1 holds pipguard's memory (index credentials among it): once the
     # launcher has taken the decoy watch (pidfd_getfd, a ptrace check that a
     # non-root launcher passes only while we are dumpable), nobody may read it.
-    # The command's process holds the write end until its execve (O_CLOEXEC),
-    # which comes after the launcher's acknowledgement; it dies with it too.
+    # The command's process holds the write end of ``handed`` until the
+    # launcher's acknowledgement (it closes it in before_exec; O_CLOEXEC, and
+    # its death, close it too) and then waits on ``sealed`` until we are not
+    # dumpable: its command's first instruction comes after that, so there is
+    # no moment in which the command runs and /proc/1/mem is the sandbox's.
     handed_r, handed_w = os.pipe2(os.O_CLOEXEC)
+    sealed_r, sealed_w = os.pipe2(os.O_CLOEXEC)
     command = os.fork()
     if command == 0:
         os.close(status_w)
         os.close(handed_r)
+        os.close(sealed_w)
         os.close(decoy_fd)  # pid 1 keeps it; the launcher takes it from there
         for fd in tmpfs_fds.values():
             os.close(fd)  # the same
         os.setsid()  # a session of its own inside: its pgid is visible to it
+        _BEFORE_EXEC[:] = [handed_w, sealed_r]
         return {"decoy_fd": decoy_fd, "decoys": decoys, "tmpfs_fds": tmpfs_fds}
     os.close(control_fd)
     os.close(handed_w)
-    while True:
-        try:
-            if not os.read(handed_r, 1):
-                break
-        except InterruptedError:
-            continue
-    os.close(handed_r)
+    os.close(sealed_r)
+    _read_to_end(handed_r)
     # not dumpable: /proc/1/mem and /proc/1/environ become root's (of the host), so even
     # where Landlock's ptrace scope is missing the sandbox's uid cannot open them
     _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    os.close(sealed_w)  # the command's process may exec now
     # pid 1: reap everything; the command's status goes out at once, so the
     # run ends when the command does while the rest is still here to be
     # recorded as lingering (then it is killed, and we exit with nothing left)
@@ -193,6 +195,33 @@ def _init(spec: NamespaceSpec, trees: Dict[str, int], status_w: int, control_fd:
             except OSError:
                 pass
             os.close(status_w)
+
+
+#: in the command's process: [handed_w, sealed_r] (see _init), for before_exec
+_BEFORE_EXEC: List[int] = []
+
+
+def before_exec() -> None:
+    """In the command's process, after the launcher's acknowledgement and right
+    before its execve: tell pid 1 the launcher is done with it, and wait until
+    pid 1 is no longer dumpable (it closes its end of ``sealed`` then)."""
+    if not _BEFORE_EXEC:
+        return
+    handed_w, sealed_r = _BEFORE_EXEC
+    del _BEFORE_EXEC[:]
+    os.close(handed_w)
+    _read_to_end(sealed_r)
+
+
+def _read_to_end(fd: int) -> None:
+    """Block until every write end of the pipe ``fd`` is closed; close it."""
+    while True:
+        try:
+            if not os.read(fd, 1):
+                break
+        except InterruptedError:
+            continue
+    os.close(fd)
 
 
 def _blank_own_strings() -> None:
