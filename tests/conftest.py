@@ -576,14 +576,19 @@ def try_one_py() -> list:
 
 @pytest.fixture(scope="session")
 def sdists(tmp_path_factory):
-    """Real sdists of the install corpus (tests/packages), built once per session."""
+    """Real sdists of the install corpus (tests/packages), built once per session, and
+    ``light_pure``: a clean one-module flit_core project, the dependency of tests whose subject
+    is not the build backend (extras, requirements files, --target): its build costs a fraction
+    of setuptools' (support.projects.write_flit_project)."""
     from support import build_sdist
     from support.corpus import project
     from support.pipinstall import CORPUS
+    from support.projects import write_flit_project
 
     out = tmp_path_factory.mktemp("sdists")
     for name in CORPUS:
         build_sdist(project(name), out)
+    build_sdist(write_flit_project(tmp_path_factory.mktemp("light"), "light_pure", "0.1.0"), out)
     return out
 
 

@@ -21,7 +21,7 @@ import pytest
 from pg import backend_param
 from support import build_sdist
 from support.pipinstall import listing, make_venv, pg_install, pip_list, site_import
-from support.projects import BACKEND, write_project
+from support.projects import BACKEND, write_flit_project, write_project
 
 
 def _blocked(report):
@@ -120,7 +120,7 @@ def test_a_url_the_project_declares_is_installed_as_pip_would(tmp_path, fake_hom
     installs it; the direct-reference check used to refuse it. A URL the author wrote as data,
     read before any hook ran, carries nothing a build read — pip fetches it as without pipguard
     (and a local dependency's own hooks are sandboxed like any other)."""
-    dep = write_project(tmp_path / "d", "urldep")
+    dep = write_flit_project(tmp_path / "d", "urldep")
     proj = _url_project(tmp_path, "urlok", dep.as_uri())
     proc, report = pg_install(["-e", "."], home=fake_home, target=any_pip_target, route=route, cwd=proj)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -145,7 +145,7 @@ def test_a_declared_url_swapped_by_the_build_is_refused(tmp_path, fake_home, rou
     """What the project declares is read before any hook runs: a build that rewrites the
     declared URL (here to a loopback listener, with data in the URL) is refused, and pip
     never fetches it."""
-    dep = write_project(tmp_path / "d", "urldep")
+    dep = write_flit_project(tmp_path / "d", "urldep")
     leak = f"http://127.0.0.1:{loopback_tcp.port}/urldep-1.0.tar.gz?stolen=yes"
     proj = _url_project(tmp_path, "urlswap", dep.as_uri(),
                         URL_SWAP.format(declared=dep.as_uri(), leak=leak)
@@ -390,10 +390,10 @@ def test_extra_index_url_with_credentials_does_not_crash(tmp_path, fake_home, li
     """Found by review: an --extra-index-url with a user part and no PIP_EXTRA_INDEX_URL in the
     environment crashed pipguard with a KeyError traceback before pip started; and the report's
     ``command`` carried the token (reports are CI artifacts)."""
-    proc, report = pg_install(["--extra-index-url", "http://u:tok3n@127.0.0.1:9/simple", "legit_pure"],
+    proc, report = pg_install(["--extra-index-url", "http://u:tok3n@127.0.0.1:9/simple", "light_pure"],
                               home=fake_home, target=target, route=links, cwd=tmp_path)
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert site_import(target, "legit_pure").returncode == 0
+    assert site_import(target, "light_pure").returncode == 0
     assert "tok3n" not in (tmp_path / "install-report.json").read_text()
     assert "http://***@127.0.0.1:9/simple" in report["command"]

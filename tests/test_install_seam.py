@@ -18,20 +18,20 @@ import pytest
 
 from support import build_sdist
 from support.pipinstall import Route, listing, pg_install, pip_list, site_import
-from support.projects import BACKEND, write_project
+from support.projects import BACKEND, write_flit_project, write_project
 
 
 # --------------------------------------------------------------------------- local projects
 def test_local_project_dot_with_extras(tmp_path, fake_home, route, any_pip_target):
     target = any_pip_target
-    proj = write_project(tmp_path, "localproj", setup_extra=", extras_require={'x': ['legit_pure']}")
+    proj = write_flit_project(tmp_path, "localproj", extras={"x": ["light_pure"]})
     proc, report = pg_install([".[x]"], home=fake_home, target=target, route=route, cwd=proj)
     assert proc.returncode == 0, proc.stderr[-3000:]
     installed = pip_list(target)
-    assert installed.get("localproj") == "1.0" and "legit-pure" in installed, installed
+    assert installed.get("localproj") == "1.0" and "light-pure" in installed, installed
     assert site_import(target, "localproj").returncode == 0
     hooks = {(p["package"], p["name"]) for p in report["phases"]}
-    assert ("localproj", "build_wheel") in hooks and ("legit-pure", "build_wheel") in hooks, hooks
+    assert ("localproj", "build_wheel") in hooks and ("light-pure", "build_wheel") in hooks, hooks
     # each package lists its own hook calls
     (own,) = [p for p in report["packages"] if p["name"] == "localproj"]
     assert [c["name"] for c in own["hook_calls"]] == [p["name"] for p in report["phases"]
@@ -55,7 +55,7 @@ def test_the_oldest_claimed_pip_is_the_one_tested(tmp_path, wheelhouse):
 
 def test_absolute_path_installs_the_project(tmp_path, fake_home, route, target):
     """The old pipguard printed INSTALLED and installed only the dependencies."""
-    proj = write_project(tmp_path, "abspathproj")
+    proj = write_flit_project(tmp_path, "abspathproj")
     proc, report = pg_install([str(proj)], home=fake_home, target=target, route=route, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert pip_list(target).get("abspathproj") == "1.0"
@@ -67,8 +67,8 @@ def test_no_run_directory_outlives_the_install(tmp_path, fake_home, links, targe
     be left once pipguard exits, the last call's included, whether the install passed or not.
     A TMPDIR this long also puts the seam's socket elsewhere (below it, the socket's path would
     not fit in a unix socket address: that was exit 2, "AF_UNIX path too long")."""
-    proj = write_project(tmp_path, "tidyproj")
-    bad = write_project(tmp_path, "untidyproj", setup_extra=", install_requires=['no_such_dist_pg']")
+    proj = write_flit_project(tmp_path, "tidyproj")
+    bad = write_flit_project(tmp_path, "untidyproj", dependencies=["no_such_dist_pg"])
     tmp = tmp_path / "tmpdir"
     for project, ok in ((proj, True), (bad, False)):
         tmp.mkdir()
@@ -98,21 +98,21 @@ def test_editable_imports_from_the_source_tree(tmp_path, fake_home, route, any_p
 def test_requirements_file_with_relative_paths_and_editable_lines(tmp_path, fake_home, route, any_pip_target):
     target = any_pip_target
     work = tmp_path / "work"
-    write_project(work / "libs", "reqlib")
-    write_project(work / "libs", "reqedit")
-    (work / "requirements.txt").write_text("./libs/reqlib\n-e ./libs/reqedit\nlegit_pure\n")
+    write_flit_project(work / "libs", "reqlib")
+    write_flit_project(work / "libs", "reqedit")
+    (work / "requirements.txt").write_text("./libs/reqlib\n-e ./libs/reqedit\nlight_pure\n")
     proc, _ = pg_install(["-r", "requirements.txt"], home=fake_home, target=target, route=route,
                          cwd=work)
     assert proc.returncode == 0, proc.stderr[-3000:]
     installed = pip_list(target)
-    assert {"reqlib", "reqedit", "legit-pure"} <= set(installed), installed
+    assert {"reqlib", "reqedit", "light-pure"} <= set(installed), installed
 
 
 # --------------------------------------------------------------------------- the target's state
 def test_installed_versions_kept_without_upgrade(tmp_path, fake_home, route, target):
     extra = route.add(tmp_path / "extra")
     for version in ("1.0", "2.0"):
-        build_sdist(write_project(tmp_path / version, "keepme", version), extra)
+        build_sdist(write_flit_project(tmp_path / version, "keepme", version), extra)
     first, _ = pg_install(["keepme==1.0"], home=fake_home, target=target, route=route, cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-2000:]
     again, report = pg_install(["keepme"], home=fake_home, target=target, route=route, cwd=tmp_path)
@@ -129,12 +129,12 @@ def test_installed_versions_kept_without_upgrade(tmp_path, fake_home, route, tar
 def test_target_and_prefix(tmp_path, fake_home, route, any_pip_target, where):
     target = any_pip_target
     dest = tmp_path / "dest"
-    proc, _ = pg_install([where, str(dest), "legit_pure"], home=fake_home, target=target,
+    proc, _ = pg_install([where, str(dest), "light_pure"], home=fake_home, target=target,
                          route=route, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    found = list(dest.rglob("legit_pure/__init__.py"))
+    found = list(dest.rglob("light_pure/__init__.py"))
     assert found, sorted(str(p) for p in dest.rglob("*"))[:20]
-    assert "legit-pure" not in pip_list(target)  # not in the venv itself
+    assert "light-pure" not in pip_list(target)  # not in the venv itself
 
 
 # --------------------------------------------------------------------------- build requirements
@@ -143,7 +143,7 @@ def test_dynamic_build_requirements(tmp_path, fake_home, route, any_pip_target):
     the build environment (a pip subprocess: its own builds are sandboxed too)."""
     target = any_pip_target
     extra = route.add(tmp_path / "extra")
-    build_sdist(write_project(tmp_path / "h", "dynhelper"), extra)
+    build_sdist(write_flit_project(tmp_path / "h", "dynhelper"), extra)
     build_sdist(write_project(tmp_path / "d", "dynreq", setup_extra=", setup_requires=['dynhelper']"),
                 extra)
     proc, report = pg_install(["dynreq"], home=fake_home, target=target, route=route, cwd=tmp_path)
@@ -193,7 +193,7 @@ def test_build_cannot_rewrite_a_sibling_tree(tmp_path, fake_home, route, any_pip
     victim as published (a listed and written sibling put POISONED into its wheel)."""
     target = any_pip_target
     extra = route.add(tmp_path / "extra")
-    build_sdist(write_project(tmp_path / "v", "victim"), extra)
+    build_sdist(write_flit_project(tmp_path / "v", "victim"), extra)
     # sorts after victim: pip unpacks victim first, then runs the attacker's hooks
     attacker = write_project(tmp_path / "a", "zattacker", setup_extra="")
     (attacker / "setup.py").write_text(SIBLING_ATTACK + (attacker / "setup.py").read_text())
@@ -231,7 +231,7 @@ def test_build_cannot_write_a_sibling_tree_it_knows(tmp_path, fake_home, route, 
     listing: the sibling is a local project (pip builds it in place, at a path anyone can know)
     and the attacker writes into it by name, from Python and natively. Both writes fail, both
     are reported, the user's tree is unchanged and nothing is installed."""
-    victim = write_project(tmp_path / "v", "victim")
+    victim = write_flit_project(tmp_path / "v", "victim")
     pristine = (victim / "victim" / "__init__.py").read_text()
     extra = route.add(tmp_path / "extra")
     attacker = write_project(tmp_path / "a", "zknower", setup_extra="")
@@ -411,9 +411,9 @@ def test_target_interpreter_of_another_version(tmp_path, fake_home, route, versi
         pytest.skip(f"no Python {version} on this machine")
     venv = tmp_path / f"target{version}"
     subprocess.run([python, "-m", "venv", str(venv)], check=True)
-    proc, report = pg_install(["legit_pure"], home=fake_home, target=venv, route=route, cwd=tmp_path)
+    proc, report = pg_install(["light_pure"], home=fake_home, target=venv, route=route, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert site_import(venv, "legit_pure").returncode == 0
+    assert site_import(venv, "light_pure").returncode == 0
     assert any(p["name"] == "build_wheel" for p in report["phases"])
 
 
@@ -457,7 +457,7 @@ def test_no_use_pep517_is_overridden_with_a_note(tmp_path, fake_home, links, tar
 def test_dry_run_runs_metadata_hooks_sandboxed_and_installs_nothing(tmp_path, fake_home, links, target):
     """pip --dry-run resolves, which prepares sdists' metadata: package code, sandboxed."""
     before = listing(target)
-    proc, report = pg_install(["--dry-run", "legit_pure"], home=fake_home, target=target, route=links,
+    proc, report = pg_install(["--dry-run", "light_pure"], home=fake_home, target=target, route=links,
                               cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Would install" in proc.stdout
@@ -468,18 +468,18 @@ def test_dry_run_runs_metadata_hooks_sandboxed_and_installs_nothing(tmp_path, fa
 @pytest.mark.parametrize("style", ["module", "console-script"])
 def test_wheel_overwriting_another_distribution_is_refused(tmp_path, fake_home, route, target, style):
     """A quiet attacker's build needs no blocked attempt: its wheel simply carries a file of
-    another installed distribution (``legit_pure/__init__.py``) or a console script named
+    another installed distribution (``light_pure/__init__.py``) or a console script named
     ``pip``. pip would overwrite them; the gate refuses, naming both owners."""
-    first, _ = pg_install(["legit_pure"], home=fake_home, target=target, route=route, cwd=tmp_path)
+    first, _ = pg_install(["light_pure"], home=fake_home, target=target, route=route, cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-2000:]
     extra = route.add(tmp_path / "extra")
     if style == "module":
         proj = write_project(tmp_path / "o", "overwriter")
-        (proj / "legit_pure").mkdir()
-        (proj / "legit_pure" / "__init__.py").write_text("POISONED = True\n")
+        (proj / "light_pure").mkdir()
+        (proj / "light_pure" / "__init__.py").write_text("POISONED = True\n")
         (proj / "setup.py").write_text(
             "from setuptools import setup\n"
-            "setup(name='overwriter', version='1.0', packages=['overwriter', 'legit_pure'])\n")
+            "setup(name='overwriter', version='1.0', packages=['overwriter', 'light_pure'])\n")
     else:
         proj = write_project(tmp_path / "o", "overwriter", setup_extra=(
             ", entry_points={'console_scripts': ['pip = overwriter:main']}"),
@@ -492,7 +492,7 @@ def test_wheel_overwriting_another_distribution_is_refused(tmp_path, fake_home, 
     (pkg,) = [p for p in report["packages"] if p["name"] == "overwriter"]
     owned = [f for f in pkg["findings"] if f["rule"] == "overwrites-other"]
     assert owned and owned[0]["severity"] == "critical", pkg["findings"]
-    assert ("legit" in owned[0]["message"]) if style == "module" else ("pip" in owned[0]["member"])
+    assert ("light" in owned[0]["message"]) if style == "module" else ("pip" in owned[0]["member"])
 
 
 def _tree(venv: Path) -> set:

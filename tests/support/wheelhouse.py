@@ -26,11 +26,13 @@ from .env import clean_env
 #: Cython 3.0.11: the universal py2.py3-none-any wheel (pure-Python compiler, slower but portable).
 #: pip 26.3 (needs Python >= 3.10): a newer pip than the venvs' bundled one, with the import guard
 #: its install command enters before installing (tests/test_pipwarm.py).
+#: flit_core 4.1.0 (the buildtools pin too): the light backend of support.projects.write_flit_project.
 PINS: Dict[str, str] = {
     "setuptools": "75.8.0",
     "wheel": "0.45.1",
     "Cython": "3.0.11",
     "pip": "26.3",
+    "flit_core": "4.1.0",
 }
 #: Pins that need a newer Python than 3.9 to be downloaded for.
 PIN_PYTHON: Dict[str, str] = {"pip": "3.10"}
@@ -40,6 +42,7 @@ EXPECTED: Dict[str, str] = {
     "wheel": "wheel-0.45.1-py3-none-any.whl",
     "Cython": "[Cc]ython-3.0.11-py2.py3-none-any.whl",
     "pip": "pip-26.3-py3-none-any.whl",
+    "flit_core": "flit_core-4.1.0-py3-none-any.whl",
 }
 INDEX_URL = os.environ.get("PIPGUARD_TEST_INDEX_URL", "https://pypi.org/simple")
 
