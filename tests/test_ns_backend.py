@@ -502,6 +502,14 @@ def _ns_pids(ancestor):
     return found
 
 
+def _status_field(pid: int, name: str) -> str:
+    for line in open(f"/proc/{pid}/status"):
+        key, _, value = line.partition(":")
+        if key == name:
+            return value.strip()
+    raise KeyError(name)
+
+
 @requires("strace")
 def test_pid1_is_not_dumpable_before_the_command_execs(work, fake_home, tmp_path):
     """The order, not a moment caught under load: pid 1 turns not dumpable (after the launcher
@@ -540,6 +548,14 @@ def test_pid1_is_not_dumpable_once_the_command_runs(work, fake_home):
         assert command_owner == support.NOBODY  # the sandbox's uid, dumpable: its own files
         assert os.stat(f"/proc/{pids[1]}/environ").st_uid == 0  # pid 1: not dumpable
         assert os.stat(f"/proc/{pids[1]}/mem").st_uid == 0
+        # the namespace's creator (pid 1's parent, outside the namespace) is a fork of pipguard too
+        creator = int(_status_field(pids[1], "PPid"))
+        assert os.stat(f"/proc/{creator}/environ").st_uid == 0, creator
+        # pid 1 catches no standard signal: from inside, a namespace's pid 1 gets only the signals
+        # it has a handler for, and pipguard's SIGINT/SIGTERM handlers came with the fork (review).
+        # Above 31: glibc's own (SIGCANCEL, SIGSETXID), which ignore what they did not ask for.
+        caught = int(_status_field(pids[1], "SigCgt"), 16)
+        assert caught & 0x7FFFFFFF == 0, [n for n in range(1, 32) if caught >> (n - 1) & 1]
     finally:
         proc.kill()
         proc.wait()

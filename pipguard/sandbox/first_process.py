@@ -88,6 +88,8 @@ def become(uid: int, gid: int) -> None:
 
 #: a spare's one-byte answer to its config (the launcher reads it before anything else)
 SPARE_READY = b"c"
+#: the launcher's go, once it holds the listener and the backend's fds
+GO = b"k"
 
 
 def _await_config(control_fd: int) -> dict:
@@ -170,8 +172,10 @@ def confine_and_exec(config: dict) -> None:
         status["applied"] = [config["backend"], *status["applied"]]  # type: ignore[misc]
     _send(control_fd, status)
     # Wait until the supervisor holds the listener: our own execve below is a
-    # notified syscall and would otherwise block on nobody.
-    os.read(control_fd, 1)
+    # notified syscall and would otherwise block on nobody. Anything but the
+    # launcher's go (its socket closed: it died) ends us: never run unsupervised.
+    if os.read(control_fd, 1) != GO:
+        os._exit(125)
     if listener is not None:
         os.close(listener)
     os.close(control_fd)

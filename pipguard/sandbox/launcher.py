@@ -282,7 +282,9 @@ def start(plan: Plan, meanwhile: Optional[Callable[[], None]] = None,
                                    hint="use a kernel with seccomp user notification, or --no-index with local files")
         if before_exec is not None and not moved:
             before_exec(command_pid)
-        parent_sock.sendall(b"k")
+        from pipguard.sandbox.first_process import GO
+
+        parent_sock.sendall(GO)
         syscalls = {int(nr): str(name) for nr, name in (status.get("syscalls") or {}).items()}
         return Started(process, listener, applied, unavailable, int(status.get("landlock_abi", 0)),
                        syscalls, entered)

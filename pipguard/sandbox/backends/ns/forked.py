@@ -25,7 +25,8 @@ import signal
 from typing import Any, Dict, List, Mapping
 
 from pipguard.sandbox.backends.ns.kernel import (CLONE_NEWIPC, CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWPID,
-                                                 CLONE_NEWUSER, CLONE_NEWUTS, PR_SET_DUMPABLE, NamespaceError,
+                                                 CLONE_NEWUSER, CLONE_NEWUTS, PR_GET_DUMPABLE, PR_SET_DUMPABLE,
+                                                 NamespaceError,
                                                  _become, _check, _libc, _loopback_up, _write, why_denied)
 from pipguard.sandbox.backends.ns.root import _build_root, _root_trees, _watch_decoys
 from pipguard.sandbox.backends.ns.spec import PRIVATE_TMPFS, NamespaceSpec
@@ -96,6 +97,10 @@ def enter(spec_json: Mapping[str, Any], control_fd: int) -> Dict[str, Any]:
 def _first_process(init: int, status_r: int, status_w: int, control_fd: int, trees: Dict[str, int]) -> None:
     """F: wait for the command's status from pid 1 and end with it (the
     keeper reports our status as the command's). Never returns."""
+    # F is a fork of pipguard too (as root: its memory under the sandbox's uid,
+    # which _become made dumpable for the maps): nothing needs its /proc files
+    # from here on, so nobody gets them (defence in depth: no pid inside names it)
+    _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     os.close(status_w)
     os.close(control_fd)
     for fd in trees.values():
@@ -174,10 +179,19 @@ def _init(spec: NamespaceSpec, trees: Dict[str, int], status_w: int, control_fd:
     os.close(control_fd)
     os.close(handed_w)
     os.close(sealed_r)
+    # pid 1 of a pid namespace gets from inside only the signals it has a handler
+    # for, and pipguard's (SIGINT's, SIGTERM's) came with the fork: without this
+    # the command could end the namespace (and the record of what lingers) at will
+    for sig in signal.valid_signals():
+        if sig not in (signal.SIGKILL, signal.SIGSTOP) and callable(signal.getsignal(sig)):
+            signal.signal(sig, signal.SIG_DFL)
     _read_to_end(handed_r)
     # not dumpable: /proc/1/mem and /proc/1/environ become root's (of the host), so even
-    # where Landlock's ptrace scope is missing the sandbox's uid cannot open them
+    # where Landlock's ptrace scope is missing the sandbox's uid cannot open them. Checked:
+    # if it did not hold, pid 1 ends, and with it the namespace, before the command execs.
     _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    if _libc.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 0:
+        os._exit(125)
     os.close(sealed_w)  # the command's process may exec now
     # pid 1: reap everything; the command's status goes out at once, so the
     # run ends when the command does while the rest is still here to be
