@@ -17,6 +17,7 @@ import pytest
 from pg import pipguard
 from support import build_sdist
 from support.corpus import project
+from support.projects import write_flit_project
 from support.pipinstall import listing, make_venv
 from support.probes import ATTEMPT
 
@@ -30,8 +31,8 @@ def index(tmp_path, wheelhouse):
     root.mkdir()
     for whl in wheelhouse.glob("*.whl"):
         shutil.copy(whl, root)
-    for name in ("legit_pure", "steal_at_build"):
-        build_sdist(project(name), root)
+    build_sdist(project("steal_at_build"), root)
+    build_sdist(write_flit_project(tmp_path / "light", "light_pure", "0.1.0"), root)  # the backend is not the subject
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
     handler.log_message = lambda *a, **k: None
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -94,7 +95,7 @@ def test_install_from_a_find_links_url(tmp_path, fake_home, index, wheelhouse, l
     report = tmp_path / "r.json"
     base = [PY, "-m", "pipguard", "install", "--sandbox", "--python", str(venv / "bin" / "python"),
             "--no-index", "-f", index.url, "--report", str(report)]
-    ok = subprocess.run(base + ["legit_pure"], cwd=tmp_path, env=fake_home.env(),
+    ok = subprocess.run(base + ["light_pure"], cwd=tmp_path, env=fake_home.env(),
                         capture_output=True, text=True, timeout=600)
     assert ok.returncode == 0, ok.stderr[-3000:]
     before = listing(venv)

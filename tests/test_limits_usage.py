@@ -166,9 +166,9 @@ def test_install_phases_carry_usage(tmp_path, fake_home, links, target):
     usage in the report's ``phases``: what a user sizes limits from."""
     from support.pipinstall import pg_install
 
-    proc, report = pg_install(["legit_pure"], home=fake_home, target=target, route=links, cwd=tmp_path)
+    proc, report = pg_install(["light_pure"], home=fake_home, target=target, route=links, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    hooks = [p for p in report["phases"] if p["package"] == "legit-pure"]
+    hooks = [p for p in report["phases"] if p["package"] == "light-pure"]
     assert hooks and all(p["limit_hit"] is None for p in hooks), hooks
     for phase in hooks:
         assert set(phase["limits"]) == {"memory", "processes", "cpu", "write"}
