@@ -1,4 +1,4 @@
-"""``pipguard.sandbox.plan.idle_work``: a run's clean-up waits for the caller's idle moments, and the
+"""``pipguard.sandbox.rundir.idle_work``: a run's clean-up waits for the caller's idle moments, and the
 next run's private directory is made ahead (what ``pipguard install`` does between hook calls).
 Real plans on this host; no sandbox runs here (the install tests run them)."""
 
@@ -9,6 +9,7 @@ import os
 import pytest
 
 from pipguard.sandbox import plan as plan_mod
+from pipguard.sandbox import rundir
 from pipguard.sandbox.backends import ns
 from pipguard.sandbox.backends.ns.decoys import HOME_DECOYS
 from pipguard.sandbox.policy import Policy
@@ -25,29 +26,29 @@ def _decoys(plan):
 def test_outside_the_block_a_run_cleans_up_at_once(work):
     plan = _plan(work, "audit")
     assert os.path.isdir(plan.run_dir)
-    plan_mod.cleanup(plan)
+    rundir.cleanup(plan.run_dir)
     assert not os.path.exists(plan.run_dir)
-    assert plan_mod.on_idle() is False  # nothing to do outside the block
+    assert rundir.on_idle() is False  # nothing to do outside the block
 
 
 def test_clean_up_waits_and_the_next_directory_is_made_ahead(work):
-    with plan_mod.idle_work():
+    with rundir.idle_work():
         first = _plan(work, "audit")
-        plan_mod.cleanup(first)
+        rundir.cleanup(first.run_dir)
         assert os.path.isdir(first.run_dir)  # waits for the idle moment
-        assert plan_mod.on_idle() is True  # step 1: the next run's directory
+        assert rundir.on_idle() is True  # step 1: the next run's directory
         assert os.path.isdir(first.run_dir)
-        assert plan_mod.on_idle() is True  # step 2: the clean-up
+        assert rundir.on_idle() is True  # step 2: the clean-up
         assert not os.path.exists(first.run_dir)
-        assert plan_mod.on_idle() is False
+        assert rundir.on_idle() is False
         second = _plan(work, "audit")
         assert second.run_dir != first.run_dir and os.path.isdir(second.run_dir)
         assert os.path.exists(second.fifo) and os.stat(second.run_dir).st_mode & 0o777 == 0o700
-        ahead = plan_mod._IDLE.get()
+        ahead = rundir._IDLE.get()
         assert ahead.ready is None  # taken by the second plan
-        plan_mod.on_idle()  # a directory for a third run that never comes
+        rundir.on_idle()  # a directory for a third run that never comes
         leftover = ahead.ready[0]
-        plan_mod.cleanup(second)
+        rundir.cleanup(second.run_dir)
         assert os.path.isdir(second.run_dir) and os.path.isdir(leftover)
     # the block's end did what was left: the clean-up, and removed what was made ahead
     assert not os.path.exists(second.run_dir) and not os.path.exists(leftover)
@@ -56,25 +57,25 @@ def test_clean_up_waits_and_the_next_directory_is_made_ahead(work):
 def test_a_directory_made_ahead_has_the_decoys_only_for_a_run_in_namespaces(work):
     if not ns.probe().available:
         pytest.skip(f"no namespace backend here: {ns.probe().reason}")
-    with plan_mod.idle_work():
+    with rundir.idle_work():
         first = _plan(work, "ns")  # made on the spot: its decoys planted by the plan
         assert _decoys(first) == sorted(HOME_DECOYS)
-        plan_mod.cleanup(first)
-        while plan_mod.on_idle():
+        rundir.cleanup(first.run_dir)
+        while rundir.on_idle():
             pass
-        ready = plan_mod._IDLE.get().ready[0]
+        ready = rundir._IDLE.get().ready[0]
         second = _plan(work, "ns")  # made ahead, decoys included, with the plan's own token
         assert second.run_dir == ready and _decoys(second) == sorted(HOME_DECOYS)
-        assert not plan_mod._IDLE.get().stopped  # the namespace's own /tmp is no host grant
+        assert not rundir._IDLE.get().stopped  # the namespace's own /tmp is no host grant
         token = second.namespace.token
         with open(os.path.join(second.home_dir, ".ssh/id_rsa")) as fh:
             assert token in fh.read()
-        plan_mod.cleanup(second)
-        while plan_mod.on_idle():
+        rundir.cleanup(second.run_dir)
+        while rundir.on_idle():
             pass
         third = _plan(work, "audit")  # the one made ahead had decoys: not this run's, replaced
         assert _decoys(third) == [] and third.namespace is None
-        plan_mod.cleanup(third)
+        rundir.cleanup(third.run_dir)
         runs = [first.run_dir, second.run_dir, third.run_dir]
     assert not any(os.path.exists(r) for r in runs)
 
@@ -85,23 +86,23 @@ def test_a_run_that_can_reach_the_temp_dir_stops_the_idle_work(work):
     idle work before its run starts: the directory made ahead and the last run's are gone."""
     import tempfile
 
-    with plan_mod.idle_work():
+    with rundir.idle_work():
         first = _plan(work, "audit")
-        plan_mod.cleanup(first)
-        plan_mod.on_idle()  # the next run's directory, made ahead
-        ahead = plan_mod._IDLE.get().ready[0]
+        rundir.cleanup(first.run_dir)
+        rundir.on_idle()  # the next run's directory, made ahead
+        ahead = rundir._IDLE.get().ready[0]
         assert os.path.isdir(first.run_dir) and os.path.isdir(ahead)
         exposed = plan_mod.make_plan(["/bin/true"], Policy(isolation="audit",
                                                            allow_read=(tempfile.gettempdir(),)), cwd=str(work))
         # the directory made ahead (while no run could reach it) is its own; the last run's is gone
         assert exposed.run_dir == ahead and not os.path.exists(first.run_dir)
-        assert plan_mod.on_idle() is False  # nothing is made ahead while this run could reach it
-        assert plan_mod._IDLE.get().ready is None
-        plan_mod.cleanup(exposed)  # at once from now on
+        assert rundir.on_idle() is False  # nothing is made ahead while this run could reach it
+        assert rundir._IDLE.get().ready is None
+        rundir.cleanup(exposed.run_dir)  # at once from now on
         assert not os.path.exists(exposed.run_dir)
         later = _plan(work, "audit")
-        assert plan_mod.on_idle() is False and plan_mod._IDLE.get().ready is None
-        plan_mod.cleanup(later)
+        assert rundir.on_idle() is False and rundir._IDLE.get().ready is None
+        rundir.cleanup(later.run_dir)
         assert not os.path.exists(later.run_dir)
 
 
@@ -111,15 +112,15 @@ def test_a_failing_idle_step_stops_the_idle_work_quietly(work, monkeypatch):
     def full(decoys):
         raise OSError(28, "No space left on device")
 
-    with plan_mod.idle_work():
+    with rundir.idle_work():
         first = _plan(work, "audit")
-        plan_mod.cleanup(first)
-        monkeypatch.setattr(plan_mod, "_new_run_dir", full)
-        assert plan_mod.on_idle() is False  # no exception
+        rundir.cleanup(first.run_dir)
+        monkeypatch.setattr(rundir, "_new_run_dir", full)
+        assert rundir.on_idle() is False  # no exception
         assert not os.path.exists(first.run_dir)  # what it kept was done when it stopped
         monkeypatch.undo()
         second = _plan(work, "audit")
-        plan_mod.cleanup(second)
+        rundir.cleanup(second.run_dir)
         assert not os.path.exists(second.run_dir)
 
 
@@ -135,41 +136,41 @@ def test_the_callers_own_step_comes_first_and_goes_on_after_a_stop(work):
         calls.append(len(calls))
         return len(calls) <= 2  # work twice, then nothing left
 
-    with plan_mod.idle_work(ahead=ahead):
-        assert plan_mod.on_idle() is True and calls == [0]
-        assert plan_mod._IDLE.get().ready is None  # the caller's step came first
-        assert plan_mod.on_idle() is True and calls == [0, 1]
-        assert plan_mod.on_idle() is True and calls == [0, 1, 2]  # nothing from it: the directory
-        assert plan_mod._IDLE.get().ready is not None
+    with rundir.idle_work(ahead=ahead):
+        assert rundir.on_idle() is True and calls == [0]
+        assert rundir._IDLE.get().ready is None  # the caller's step came first
+        assert rundir.on_idle() is True and calls == [0, 1]
+        assert rundir.on_idle() is True and calls == [0, 1, 2]  # nothing from it: the directory
+        assert rundir._IDLE.get().ready is not None
         exposed = plan_mod.make_plan(["/bin/true"], Policy(isolation="audit",
                                                            allow_read=(tempfile.gettempdir(),)), cwd=str(work))
-        assert plan_mod._IDLE.get().stopped
+        assert rundir._IDLE.get().stopped
         calls.clear()
-        assert plan_mod.on_idle() is True and calls == [0]  # still asked after the stop
-        plan_mod.cleanup(exposed)
+        assert rundir.on_idle() is True and calls == [0]  # still asked after the stop
+        rundir.cleanup(exposed.run_dir)
 
     def broken():
         raise OSError("fork failed")
 
-    with plan_mod.idle_work(ahead=broken):
-        assert plan_mod.on_idle() is True  # the directory, as if there were no such step
-        assert plan_mod._IDLE.get().ahead is None
+    with rundir.idle_work(ahead=broken):
+        assert rundir.on_idle() is True  # the directory, as if there were no such step
+        assert rundir._IDLE.get().ahead is None
 
 
 def test_no_more_runs_makes_nothing_ahead(work):
-    with plan_mod.idle_work():
+    with rundir.idle_work():
         first = _plan(work, "audit")
-        plan_mod.cleanup(first)
-        assert plan_mod.on_idle() is True  # the next run's directory
-        ready = plan_mod._IDLE.get().ready[0]
-        plan_mod.no_more_runs()  # pip installs the gated wheels: no hook call follows
-        while plan_mod.on_idle():
+        rundir.cleanup(first.run_dir)
+        assert rundir.on_idle() is True  # the next run's directory
+        ready = rundir._IDLE.get().ready[0]
+        rundir.no_more_runs()  # pip installs the gated wheels: no hook call follows
+        while rundir.on_idle():
             pass
         # gone in the idle steps, not at the block's end after the caller's work; none made again
         assert not os.path.exists(ready) and not os.path.exists(first.run_dir)
-        assert plan_mod._IDLE.get().ready is None
+        assert rundir._IDLE.get().ready is None
         late = _plan(work, "audit")  # a run that comes anyway gets a directory of its own
-        plan_mod.cleanup(late)
+        rundir.cleanup(late.run_dir)
     assert not os.path.exists(late.run_dir)
 
 
@@ -186,12 +187,12 @@ def test_a_kernel_wait_runs_on_a_thread_the_blocks_end_joins():
         seen.append(threading.current_thread().name)
         release.wait(5)
 
-    plan_mod.defer_kernel_wait(lambda: seen.append(threading.current_thread().name))
+    rundir.defer_kernel_wait(lambda: seen.append(threading.current_thread().name))
     assert seen == ["MainThread"]  # outside the block: at once
     seen.clear()
-    with plan_mod.idle_work():
-        plan_mod.defer_kernel_wait(slow_close)
-        threads = list(plan_mod._IDLE.get().threads)
+    with rundir.idle_work():
+        rundir.defer_kernel_wait(slow_close)
+        threads = list(rundir._IDLE.get().threads)
         assert len(threads) == 1 and threads[0].is_alive()  # we went on while it waits
         # and it leaves the caller's signals to the main thread (pipguard.threads; review)
         from pipguard.threads import CALLER_SIGNALS

@@ -189,12 +189,12 @@ def test_a_spare_forked_in_a_runs_quiet_moment_holds_none_of_its_pipes(tmp_path,
     lived. Its stdio is /dev/null until its own run sends the run's."""
     import select
 
-    from pipguard.sandbox import plan
+    from pipguard.sandbox import rundir
 
     read_end, write_end = os.pipe()
     saved = os.dup(1)
     try:
-        with plan.idle_work(ahead=launcher.fork_spare):
+        with rundir.idle_work(ahead=launcher.fork_spare):
             sys.stdout.flush()
             os.dup2(write_end, 1)
             os.close(write_end)
@@ -257,12 +257,12 @@ def test_the_spare_is_out_of_a_running_sandboxs_reach(tmp_path, no_spare, backen
     (review of 2026-12-04, made a test)."""
     import json
 
-    from pipguard.sandbox import plan
+    from pipguard.sandbox import rundir
 
     out_file = tmp_path / "probe.json"
     saved = os.dup(1)
     try:
-        with plan.idle_work(ahead=launcher.fork_spare):
+        with rundir.idle_work(ahead=launcher.fork_spare):
             with open(out_file, "w") as handle:
                 sys.stdout.flush()
                 os.dup2(handle.fileno(), 1)

@@ -8,7 +8,8 @@ import pytest
 from pipguard.cli import doctor_checks as doctor
 from pipguard.sandbox import host
 from pipguard import protections
-from pipguard.sandbox.plan import cleanup, make_plan
+from pipguard.sandbox.plan import make_plan
+from pipguard.sandbox.rundir import cleanup
 from pipguard.sandbox.policy import Policy
 from pipguard.protections import ACTIVE, DEGRADED, UNAVAILABLE, ProtectionState
 
@@ -92,7 +93,7 @@ def test_the_plan_carries_the_runs_settings(tmp_path):
             (7, 33, 99, (str(tmp_path),), "none")
         assert s.memory > 0 and s.policy_json["timeout"] == 7
     finally:
-        cleanup(plan)
+        cleanup(plan.run_dir)
 
 
 @pytest.mark.parametrize("module", ["launcher", "supervisor", "handlers", "lifetime", "keeper", "first_process"])

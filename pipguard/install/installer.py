@@ -82,7 +82,7 @@ class Installer(HookCalls, WheelGate):
 
             precompile_hook(self.python)  # the hook calls' Pythons are the target's version
             _warm_up(self.options.isolation)
-            from pipguard.sandbox.plan import idle_work, on_idle
+            from pipguard.sandbox.rundir import idle_work, on_idle
 
             # while pip works, and in each hook call's quiet moments: the next call's spare
             # (_ahead), its run directory, the last call's clean-up
@@ -156,7 +156,7 @@ class Installer(HookCalls, WheelGate):
 
     # ------------------------------------------------------------ handlers
     def _ahead(self) -> bool:
-        """pipguard's own step in each quiet moment (:func:`pipguard.sandbox.plan.idle_work`:
+        """pipguard's own step in each quiet moment (:func:`pipguard.sandbox.rundir.idle_work`:
         between two requests of pip, and in a hook call's quiet moments). While
         another hook call may follow, that call's keeper and first process are
         forked ahead (:func:`pipguard.sandbox.launcher.fork_spare`; not under the VM backend,
@@ -173,9 +173,9 @@ class Installer(HookCalls, WheelGate):
                 return False
             self._closing_done = True
             launcher.discard_spare()
-            from pipguard.sandbox import plan
+            from pipguard.sandbox import rundir
 
-            plan.no_more_runs()
+            rundir.no_more_runs()
             if self.prepare_result is not None:
                 self.prepare_result()
             return True

@@ -19,7 +19,8 @@ from pipguard import exitcodes, protections
 from pipguard.sandbox import filemodes, files, limits, sandbox_user
 from pipguard.errors import PipguardError
 from pipguard.sandbox.host import summary as host_summary
-from pipguard.sandbox.plan import Plan, cleanup, defer_kernel_wait, make_plan, on_idle, precompile_hook
+from pipguard.sandbox.plan import Plan, make_plan, precompile_hook
+from pipguard.sandbox.rundir import cleanup, defer_kernel_wait, on_idle
 
 HOOK_CONFIG = "PIPGUARD_HOOK"
 from pipguard.sandbox.policy import Policy
@@ -172,7 +173,7 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
             proxy.__exit__(None, None, None)
         if lease is not None:
             lease.release()
-        cleanup(plan)
+        cleanup(plan.run_dir)
 
 
 def _while_confining(meanwhile: Optional[Callable[[], None]]) -> None:

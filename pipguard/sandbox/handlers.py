@@ -25,33 +25,30 @@ Handlers read the plan and its settings, never the user's request.
 
 from __future__ import annotations
 
-import collections
 import errno
 import os
 import socket
-import stat
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 from pipguard.sandbox import notify
 from pipguard import rules
 from pipguard.sandbox.evidence import Collector
 from pipguard.sandbox.lifetime import Lifetime
 from pipguard.sandbox.oslayer.seccomp import CLONE_NAMESPACES
+from pipguard.sandbox.pathview import AT_FDCWD, PathView
 from pipguard.sandbox.plan import HOOK_DIR, Plan
 from pipguard.report.model import ALLOWED, BLOCKED, ProcessRecord
 
 #: the open flags that make an open a write (the native responder gets the same mask)
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 HANDLED = -1  # a handler already answered the notification itself
-_AT_FDCWD = -100
 _O_TMPFILE = getattr(os, "O_TMPFILE", 0o20200000)
 _MSG_FASTOPEN = 0x20000000
 _NSCD_SOCKET_TYPE = socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC
 _SCAN_INTERVAL = 0.05
 _HOOK_CACHE = os.path.join(HOOK_DIR, "__pycache__") + "/"
 _RESOLVE_IN_ROOT = 0x10  # linux/openat2.h
-_DEV_STDIO = {"/dev/stdin": "0", "/dev/stdout": "1", "/dev/stderr": "2"}
 
 
 def _normalised(path: str) -> bool:
@@ -114,6 +111,8 @@ class Handlers:
                                        plan.namespace_tmpfs)
         #: the write roots that are bound from the host (same path inside and out)
         self._host_write = tuple(r for r in self._grants.write if r not in self._grants.namespace_own)
+        #: where the paths its processes name lead (the host's view, and the namespace's own)
+        self._paths = PathView(self._grants.namespace_own, lifetime)
         tables = rules.native_tables(self._grants, rules.SYSTEM_READ)
         #: the prefixes the native responder answers itself (fixed_fast, read_fast, write_fast, never_fast)
         self.fast_tables = {name: tuple(tables[name])
@@ -425,117 +424,11 @@ class Handlers:
         return 0
 
     # files -----------------------------------------------------------------
-    def _resolve(self, pid: int, dirfd: int, path: str) -> Optional[str]:
-        """The path as pipguard sees it, links resolved; None when its base directory's
-        name cannot be read (longer than PATH_MAX: it used to become "/")."""
-        absolute = self._absolute(pid, dirfd, path)
-        if absolute is None:
-            return None
-        try:
-            return os.path.realpath(absolute)
-        except OSError:
-            return None
-
-    def _absolute(self, pid: int, dirfd: int, path: str) -> Optional[str]:
-        if path.startswith("/proc/self/") or path == "/proc/self":
-            path = f"/proc/{pid}" + path[len("/proc/self"):]
-        elif path.startswith("/proc/thread-self"):
-            path = f"/proc/{pid}" + path[len("/proc/thread-self"):]
-        elif path.startswith("/dev/fd/") or path in _DEV_STDIO:
-            # /dev/fd is a link to /proc/self/fd: resolved here it would be
-            # pipguard's own fds (bash's process substitution opens /dev/fd/63)
-            path = f"/proc/{pid}/fd/" + (path[len("/dev/fd/"):] if path.startswith("/dev/fd/")
-                                         else _DEV_STDIO[path])
-        if not path.startswith("/"):
-            if dirfd == _AT_FDCWD:
-                base_link = f"/proc/{pid}/cwd"
-            else:
-                base_link = f"/proc/{pid}/fd/{dirfd}"
-            try:
-                base = os.readlink(base_link)
-            except OSError:
-                return None  # (ENAMETOOLONG: "/" here made a write below it look like one below /)
-            path = base.rstrip("/") + "/" + path
-        return path
-
     def _still_waiting(self, note: notify.Notification) -> bool:
         """Does the notifying thread still wait for this answer? Not once it (or its
         process) has exited or exec'd: what pipguard could not see of it then is no
         finding (its /proc files were already gone or root's)."""
         return self._listener is None or notify.id_valid(self._listener, note.id)
-
-    def _write_in_namespace(self, pid: int, dirfd: int, raw: str) -> Optional[Tuple[str, str]]:
-        """Under ns, a write's target as the sandbox sees it: (path, "found" | "missing" |
-        "denied", see :func:`_resolve_in_root`); None where the host's view is the
-        sandbox's or nothing better is known (not under ns; /dev; a path below a removed
-        directory with ``..`` in it). Its private /tmp is not the host's /tmp: resolved
-        on the host, a write aimed at a host path there (a sibling project's tree) looked
-        like one into its own /tmp and failed with ENOENT unreported, and a link it made
-        there was not followed. Its /proc entries are its pid namespace's: a number there
-        is mapped to pipguard's before anything is read (review rounds 2-4)."""
-        if not self._grants.namespace_own:
-            return None
-        raw = _collapsed(raw)
-        if raw.startswith("/dev/fd/"):  # its descriptors by their other names
-            raw = "/proc/self/fd/" + raw[len("/dev/fd/"):]
-        elif raw in _DEV_STDIO:
-            raw = "/proc/self/fd/" + _DEV_STDIO[raw]
-        root_pid, base_link, rest = pid, None, raw
-        if raw.startswith("/proc/"):
-            parts = raw.split("/")  # "", "proc", WHO, ...
-            who = parts[2]
-            if who in ("self", "thread-self") or who.isdigit():
-                if who in ("self", "thread-self"):
-                    host = pid
-                elif self._lifetime.own_pid_namespace:
-                    found = self._host_pid(who, pid)
-                    if found is None:
-                        return raw, "denied"  # a number its namespace has, pipguard cannot place
-                    host = found
-                else:
-                    host = int(who)
-                at = 3
-                if len(parts) > at + 1 and parts[at] == "task" and parts[at + 1].isdigit():
-                    at += 2  # a thread's entry: its process's root, cwd and descriptors
-                head = parts[at] if len(parts) > at else ""
-                if head == "root":
-                    root_pid, base_link, rest = host, "", "/" + "/".join(parts[at + 1:])
-                elif head == "cwd":
-                    base_link, rest = f"/proc/{host}/cwd", "/".join(parts[at + 1:])
-                elif head == "fd" and len(parts) > at + 1 and parts[at + 1].isdigit():
-                    base_link, rest = f"/proc/{host}/fd/{parts[at + 1]}", "/".join(parts[at + 2:])
-                else:  # another of its /proc files, by pipguard's number for it
-                    return f"/proc/{host}/" + "/".join(parts[3:]), "found"
-            else:
-                return None
-        elif raw.startswith("/dev/") and not rules.under(raw, self._grants.namespace_own):
-            return None
-        elif not raw.startswith("/"):
-            base_link = f"/proc/{pid}/cwd" if dirfd == _AT_FDCWD else f"/proc/{pid}/fd/{dirfd}"
-        absolute = rest
-        if base_link:
-            try:
-                removed = os.stat(base_link).st_nlink == 0
-                base = os.readlink(base_link)
-            except OSError:
-                return raw, "denied"  # its name longer than PATH_MAX, say: unknown
-            if not base.startswith("/"):
-                return base, "found"  # a pipe, a socket: written as such
-            if removed:
-                if ".." in rest.split("/"):
-                    return None  # the host's lexical view, as realpath: the kernel goes up too
-                # nothing can be made in a removed directory: the kernel says ENOENT
-                return base[:-len(" (deleted)")] if base.endswith(" (deleted)") else base, "missing"
-            absolute = base.rstrip("/") + "/" + rest
-        return _resolve_in_root(f"/proc/{root_pid}/root", absolute)
-
-    def _host_pid(self, number: str, asking: int) -> Optional[int]:
-        """pipguard's pid of the sandbox process numbered ``number`` in its own pid
-        namespace (the last field of ``NSpid``), among the asker and the run's processes."""
-        for candidate in (asking, *sorted(self._lifetime.descendants())):
-            if _ns_pid(candidate) == number:
-                return candidate
-        return None
 
     def _inside(self, pid: int):
         """Is a /proc/<n> entry one of the sandbox's own processes (as seen by ``pid``)?
@@ -577,7 +470,7 @@ class Handlers:
             # the open(O_CREAT, 04755) way to what chmod is refused: as root under ns the new
             # file would be a setuid-root program on the host while the run lasts (the native
             # responder forwards these; the mode is a register argument: no TOCTOU)
-            path = self._resolve(note.pid, dirfd, raw) or raw
+            path = self._paths.resolve(note.pid, dirfd, raw) or raw
             self.add_event("file-write", BLOCKED, "supervisor", note.pid, path, "privileged-mode",
                            {"syscall": "open", "path": raw, "flags": hex(flags), "mode": f"{mode & 0o7777:o}"})
             return errno.EPERM
@@ -590,7 +483,7 @@ class Handlers:
         if not writing and raw.startswith(self._fixed_fast) and _normalised(raw) \
                 and not raw.startswith(self._never_fast):
             return 0
-        seen = self._write_in_namespace(note.pid, dirfd, raw) if writing else None
+        seen = self._paths.in_namespace(note.pid, dirfd, raw) if writing else None
         detail = {"syscall": "open", "path": raw, "flags": hex(flags)}
         if seen and seen[1] == "denied":
             if (seen[0].startswith("/proc/") or rules.under(seen[0], self._grants.namespace_own)) \
@@ -601,7 +494,7 @@ class Handlers:
                     detail, ns="not resolvable in its world (a directory pipguard may not search, "
                                "another process's /proc entry)"))
             seen = None  # elsewhere the host's view is the sandbox's: decide on it
-        resolved = seen[0] if seen else self._resolve(note.pid, dirfd, raw)
+        resolved = seen[0] if seen else self._paths.resolve(note.pid, dirfd, raw)
         if resolved is None:
             # its base directory's name cannot be read (longer than PATH_MAX): unknown
             return self._hidden(note, writing, raw, dict(detail, why="its directory's name cannot be read"))
@@ -650,10 +543,10 @@ class Handlers:
         return errno.EACCES
 
     def on_open(self, note: notify.Notification) -> int:
-        return self._file_decision(note, _AT_FDCWD, note.args[0], note.args[1], note.args[2])
+        return self._file_decision(note, AT_FDCWD, note.args[0], note.args[1], note.args[2])
 
     def on_creat(self, note: notify.Notification) -> int:
-        return self._file_decision(note, _AT_FDCWD, note.args[0], os.O_CREAT | os.O_WRONLY, note.args[1])
+        return self._file_decision(note, AT_FDCWD, note.args[0], os.O_CREAT | os.O_WRONLY, note.args[1])
 
     def on_openat(self, note: notify.Notification) -> int:
         dirfd = note.args[0] & 0xFFFFFFFF
@@ -672,86 +565,3 @@ class Handlers:
         dirfd = dirfd - (1 << 32) if dirfd >= 1 << 31 else dirfd
         return self._file_decision(note, dirfd, note.args[1], flags, mode,
                                    in_root=bool(resolve & _RESOLVE_IN_ROOT))
-
-
-def _ns_pid(pid: int) -> str:
-    """``pid``'s number in its own pid namespace (the last of ``NSpid``), or "" when unknown."""
-    try:
-        with open(f"/proc/{pid}/status") as handle:
-            for line in handle:
-                if line.startswith("NSpid:"):
-                    return line.split()[-1]
-    except OSError:
-        pass
-    return ""
-
-
-def _collapsed(path: str) -> str:
-    """``path`` with its empty and ``.`` components dropped (``/proc//self/./root`` is
-    ``/proc/self/root``), ``..`` kept: only links may give it a meaning."""
-    parts = [p for p in path.split("/") if p not in ("", ".")]
-    joined = "/".join(parts)
-    return ("/" + joined if path.startswith("/") else joined) or ("/" if path.startswith("/") else ".")
-
-
-def _resolve_in_root(root: str, path: str) -> Optional[Tuple[str, str]]:
-    """``os.path.realpath(path)`` as a process whose root directory is ``root``
-    (``/proc/PID/root``: its mount namespace) sees it: (the path, "found") where
-    every directory on the way exists there, (the path, "missing") where one does
-    not, (the path so far, "denied") where pipguard may not search one; None where
-    it cannot be known (a loop of links, a component that is no directory), for
-    the caller to fall back on the host's view.
-
-    Walked one component at a time from descriptors (``O_PATH | O_NOFOLLOW``),
-    as the kernel walks it: no length limit on the whole path, links followed
-    inside the root (an absolute target starts again at it), ``..`` within it.
-    Where a component is missing, the rest is normalised as ``realpath`` would
-    (``missing/../../etc/x`` is ``/etc/x``, never a text starting with a grant)."""
-    try:
-        root_fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    opened: List[Tuple[str, int]] = []  # the resolved components, each with its descriptor
-    pending = collections.deque(p for p in path.split("/") if p)
-    links = 0
-    try:
-        while pending:
-            name = pending.popleft()
-            if name == ".":
-                continue
-            if name == "..":
-                if opened:
-                    os.close(opened.pop()[1])
-                continue
-            at = opened[-1][1] if opened else root_fd
-            try:
-                st = os.stat(name, dir_fd=at, follow_symlinks=False)
-            except FileNotFoundError:
-                rest = os.path.normpath("/" + "/".join([*(n for n, _ in opened), name, *pending]))
-                return rest, "found" if not pending else "missing"
-            except PermissionError:
-                return "/" + "/".join([*(n for n, _ in opened), name]), "denied"
-            except OSError:
-                return None
-            if stat.S_ISLNK(st.st_mode):
-                links += 1
-                if links > 40:  # the kernel's limit (ELOOP)
-                    return None
-                target = os.readlink(name, dir_fd=at)
-                if target.startswith("/"):
-                    while opened:
-                        os.close(opened.pop()[1])
-                pending.extendleft(reversed([p for p in target.split("/") if p]))
-                continue
-            if pending and not stat.S_ISDIR(st.st_mode):
-                return None  # ENOTDIR: the kernel's answer, nothing to resolve
-            opened.append((name, os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=at)))
-        return "/" + "/".join(n for n, _ in opened), "found"
-    except PermissionError:
-        return "/" + "/".join(n for n, _ in opened), "denied"
-    except OSError:
-        return None
-    finally:
-        for _, fd in opened:
-            os.close(fd)
-        os.close(root_fd)

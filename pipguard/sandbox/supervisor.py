@@ -115,7 +115,7 @@ class Supervisor:
         #: ns backend's decoy watch does
         self.readers = tuple(readers)
         #: the caller's work for when the run is quiet (one step per call, False: none left),
-        #: e.g. the clean-up of its previous run (pipguard.sandbox.plan.on_idle)
+        #: e.g. the clean-up of its previous run (pipguard.sandbox.rundir.on_idle)
         self.idle = idle
         self._native_arch: Optional[int] = _NATIVE_ARCH
         self._fifo_buf = b""

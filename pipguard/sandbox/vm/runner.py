@@ -131,7 +131,8 @@ def run(argv: Sequence[str], policy, *, cwd: Optional[str] = None, env: Optional
     is shell code the guest's init runs as guest root before pipguard starts
     (tests use it to crash the guest kernel); never take it from a user.
     """
-    from pipguard.sandbox.plan import cleanup, make_plan
+    from pipguard.sandbox.plan import make_plan
+    from pipguard.sandbox.rundir import cleanup
 
     notify = progress or (lambda message: None)
     if policy.allow_network:
@@ -152,7 +153,7 @@ def run(argv: Sequence[str], policy, *, cwd: Optional[str] = None, env: Optional
             return _run_planned(plan, policy, tools, accel, source_env, record_build_dir, notify,
                                 unsafe_guest_prelude, proxy)
         finally:
-            cleanup(plan)
+            cleanup(plan.run_dir)
     finally:
         if proxy is not None:
             proxy.__exit__(None, None, None)
