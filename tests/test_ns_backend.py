@@ -1010,17 +1010,17 @@ LONG_PATH = textwrap.dedent("""
     import os, sys
     root = sys.argv[1]
     os.chdir(root)
-    seg = "d" * 200
+    seg, depth = "d" * 200, 12  # 2 x 12 x 201 > PATH_MAX (4096) whatever the root's length
     for chain in ("A", "B"):
         os.mkdir(chain); os.chdir(chain)
-        for _ in range(10):
+        for _ in range(depth):
             os.mkdir(seg); os.chdir(seg)
         if chain == "A":
             with open("hidden.txt", "w") as fh:
                 fh.write("hidden")
         os.chdir(root)
-    os.chdir("B/" + "/".join([seg] * 10))
-    os.rename("../" * 11 + "A", "A")  # A's file is now more than PATH_MAX below the root
+    os.chdir("B/" + "/".join([seg] * depth))
+    os.rename("../" * (depth + 1) + "A", "A")  # A's file is now more than PATH_MAX below the root
     print("moved")
 """)
 
