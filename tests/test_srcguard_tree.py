@@ -1,4 +1,4 @@
-"""The project tree check (pipguard.gate.srcguard: snapshot_tree / check_and_restore) on real trees
+"""The project tree check (pipguard.gate.projecttree.snapshot_tree, srcguard.check_and_restore) on real trees
 written by the test, each change made the way a build would make it; the installs themselves
 are tests/test_install_project_tree.py."""
 
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from pipguard.gate import srcguard
+from pipguard.gate import projecttree, srcguard
 
 
 def _tree(root, files):
@@ -22,7 +22,7 @@ def _tree(root, files):
 
 def _check(root, change):
     """The problems of one 'hook call' that runs ``change()`` in ``root``, by rule and path."""
-    protected, tree = srcguard.snapshot_tree(str(root))
+    protected, tree = projecttree.snapshot_tree(str(root))
     before = srcguard.snapshot(str(root)) + protected
     change()
     found = srcguard.check_and_restore(str(root), before, tree)
@@ -108,7 +108,7 @@ def test_snapshot_cost_of_a_5000_file_tree(tmp_path):
         for f in range(50):
             (root / "pkg" / f"sub{d}" / f"m{f}.py").write_text("x = 1\n")
     start = time.perf_counter()
-    protected, tree = srcguard.snapshot_tree(str(root))
+    protected, tree = projecttree.snapshot_tree(str(root))
     walked = time.perf_counter() - start
     assert len(tree.stamps) == 5000 and tree.complete
     start = time.perf_counter()
@@ -184,7 +184,7 @@ def test_entry_points_added_to_a_stale_egg_info_of_another_name_are_refused(tmp_
 def test_a_tree_past_the_stat_limit_still_has_its_protected_names_checked(tmp_path, monkeypatch):
     """A big node_modules or venv in the project (past MAX_TREE entries, made small here) stopped
     the walk: a conftest.py planted in a directory walked after it was only "not checked"."""
-    monkeypatch.setattr(srcguard, "MAX_TREE", 60)
+    monkeypatch.setattr(projecttree, "MAX_TREE", 60)
     files = {f"node_modules/m{d}/f{f}.js": "" for d in range(8) for f in range(10)}
     root = _tree(tmp_path / "p", {**files, "tests/test_a.py": "", "zz/a.py": ""})
 

@@ -153,13 +153,13 @@ def unprintable_result(call: "HookCall") -> Tuple["Problem", ...]:
     checks are :func:`pipguard.install.hookcall.check_result`'s)."""
     import json
 
-    from pipguard.gate import srcguard
+    from pipguard.gate import treefiles
     from pipguard.install.hookcall import OUTPUT_KEY, Problem
 
     if call.hook not in OUTPUT_KEY:
         return ()
     # the build wrote it: read as check_result does (no link followed, no FIFO waited on)
-    data = srcguard.read_regular(os.path.join(call.control_dir, "output.json"))
+    data = treefiles.read_regular(os.path.join(call.control_dir, "output.json"))
     try:
         value = json.loads(data).get("return_val") if data is not None else None
     except (ValueError, AttributeError):

@@ -29,7 +29,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
-from pipguard.gate import srcguard
+from pipguard.gate import declared, projecttree, srcguard, treefiles
 from pipguard.gate.coremeta import MAX_METADATA_BYTES, CoreMetadata, read_headers, wheel_metadata
 from pipguard.sandbox.files import walk
 from pipguard.sandbox.policy import HostPort, Policy
@@ -72,7 +72,7 @@ class HookCall:
     reads: Tuple[str, ...]
     writes: Tuple[str, ...]
     #: the source tree's protected entries before the call (:mod:`pipguard.gate.srcguard`)
-    protected: Tuple["srcguard.Entry", ...] = ()
+    protected: Tuple["treefiles.Entry", ...] = ()
     #: (name, URL) requirements the project declares as data, read before any hook ran
     #: (:func:`declared_url_requirements`): the only requirements by URL a result may name
     declared_urls: FrozenSet[Tuple[str, str]] = frozenset()
@@ -84,7 +84,7 @@ class HookCall:
     expected_metadata: Optional[CoreMetadata] = None
     #: the user's project tree (a local directory pip builds in place) by its files' stat,
     #: before the call; None: pip's own unpacked tree, thrown away after the install
-    tree: Optional["srcguard.Tree"] = None
+    tree: Optional["projecttree.Tree"] = None
 
 
 @dataclass(frozen=True)
@@ -124,10 +124,10 @@ class HookResult:
 
 
 def plan_call(argv: Sequence[str], cwd: str, env: Dict[str, str], *, project: bool = False,
-              first_tree: Optional["srcguard.Tree"] = None) -> HookCall:
+              first_tree: Optional["projecttree.Tree"] = None) -> HookCall:
     """Derive a :class:`HookCall` from what pip's seam sent for one call. ``project``: its tree
     is the user's (pip builds a local directory in place, and keeps it), so every file of it is
-    snapshot (:func:`pipguard.gate.srcguard.snapshot_tree`); ``first_tree``: that tree's snapshot
+    snapshot (:func:`pipguard.gate.projecttree.snapshot_tree`); ``first_tree``: that tree's snapshot
     before the install's first hook call in it (None: this is the first): the user's files."""
     if len(argv) != 4:
         raise HookCallRefused(f"unexpected hook command: {list(argv)[:6]}")
@@ -164,7 +164,7 @@ def plan_call(argv: Sequence[str], cwd: str, env: Dict[str, str], *, project: bo
     clean_env["PYTHONDONTWRITEBYTECODE"] = "1"
     protected, tree = srcguard.snapshot(cwd), None
     if project:
-        more, tree = srcguard.snapshot_tree(cwd, first_tree)
+        more, tree = projecttree.snapshot_tree(cwd, first_tree)
         protected += more
     return HookCall(hook, name, version, (python, script, hook, control_dir), cwd, clean_env,
                     control_dir, output_dir, tuple(dict.fromkeys(r for r in reads if r != cwd)),
@@ -228,13 +228,13 @@ def _build_env_roots(env: Dict[str, str], python: str) -> List[str]:
 
 def source_identity(source_dir: str) -> Tuple[str, str]:
     """(canonical name, version) of the project in ``source_dir``, for the
-    report only: what it declares (:func:`srcguard.declared_identity`), else pip's
+    report only: what it declares (:func:`pipguard.gate.declared.declared_identity`), else pip's
     directory name (``NAME_HASH``) or the directory's name."""
     from packaging.utils import canonicalize_name
 
-    declared = srcguard.declared_identity(source_dir)
-    if declared is not None:
-        return declared
+    identity = declared.declared_identity(source_dir)
+    if identity is not None:
+        return identity
     base = os.path.basename(source_dir.rstrip("/"))
     head, sep, tail = base.rpartition("_")
     if sep and len(tail) >= 8 and tail.isalnum():
@@ -255,7 +255,7 @@ def declared_url_requirements(source_dir: str) -> FrozenSet[Tuple[str, str]]:
     from packaging.utils import canonicalize_name
 
     try:
-        project = srcguard.load_toml(os.path.join(source_dir, "pyproject.toml")).get("project")
+        project = declared.load_toml(os.path.join(source_dir, "pyproject.toml")).get("project")
     except (OSError, ValueError):
         return frozenset()
     if not isinstance(project, dict):
@@ -361,7 +361,7 @@ def _check_output(call: HookCall, value) -> List[Problem]:
         problems.append(Problem("hook-output", f"{call.hook}'s result is not a regular file", result))
     if wants_dir:
         if not problems:
-            metadata = srcguard.read_regular(os.path.join(result, "METADATA"))
+            metadata = treefiles.read_regular(os.path.join(result, "METADATA"))
             if metadata is not None:
                 requires = email.parser.BytesParser().parsebytes(metadata, headersonly=True)
                 problems += _direct_references(call, [str(r) for r in requires.get_all("Requires-Dist") or ()],
@@ -391,7 +391,7 @@ def built_artifact(call: HookCall) -> Optional[str]:
 
 def _returned(call: HookCall) -> Optional[str]:
     """The plain name a hook call returned in its output.json (read as pipguard), or None."""
-    data = srcguard.read_regular(os.path.join(call.control_dir, "output.json"))
+    data = treefiles.read_regular(os.path.join(call.control_dir, "output.json"))
     try:
         value = json.loads(data or b"null")
     except ValueError:
@@ -412,7 +412,7 @@ def prepared_metadata(call: HookCall) -> Optional[Tuple[str, CoreMetadata]]:
     if value is None:
         return None
     directory = os.path.join(call.output_dir, value)
-    metadata = srcguard.read_regular(os.path.join(directory, "METADATA"), MAX_METADATA_BYTES + 1)
+    metadata = treefiles.read_regular(os.path.join(directory, "METADATA"), MAX_METADATA_BYTES + 1)
     return None if metadata is None else (os.path.realpath(directory), read_headers(metadata))
 
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Callable, Dict, FrozenSet, List, NamedTuple, O
 from pipguard.install.policyfile import ProjectPolicy
 
 if TYPE_CHECKING:
-    from pipguard.gate import scan as gate, srcguard  # imported where it scans: tarfile, zipfile, lzma... (~15 ms a start)
+    from pipguard.gate import projecttree, scan as gate  # imported where it scans: tarfile, zipfile, lzma... (~15 ms a start)
     from pipguard.install.approvals import Approval, Origin
     from pipguard.gate.coremeta import CoreMetadata
     from pipguard.install.hookcall import HookResult
@@ -109,7 +109,7 @@ class InstallSession:
         #: every source tree a hook call ran in (its cwd): what it holds is no longer the author's
         self.hooked_trees: Set[str] = set()
         #: project tree -> its snapshot before its first hook call (the user's files)
-        self.first_trees: Dict[str, "srcguard.Tree"] = {}
+        self.first_trees: Dict[str, "projecttree.Tree"] = {}
         #: package -> its artifact, as learnt from the seam
         self.origins: Dict[str, Origin] = {}
         #: package -> its blocked attempts an approval accepted, with the approval
