@@ -354,7 +354,7 @@ def test_every_spelling_of_a_credential_option_leaves_the_command_line():
     forms) were moved off pip's command line; optparse also takes ``-iURL`` and unique
     abbreviations (``--extra=URL``), and ``--proxy`` carries credentials too (pip 26 forwards
     it to its build-env subprocesses). Those stayed world-readable in /proc/PID/cmdline."""
-    from pipguard.install._seam.target import move_credentials
+    from pipguard.install._seam.credentials import move_credentials
 
     args, env = move_credentials(
         ["install", "-ihttps://u:t@h/s", "--extra=https://a:b@x/s", "--find", "http://e:f@z/",

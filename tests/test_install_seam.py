@@ -420,7 +420,7 @@ def test_target_interpreter_of_another_version(tmp_path, fake_home, route, versi
 def test_credentials_leave_pip_command_lines():
     """Index URLs with a user part move from a pip command line (world-readable in
     /proc/PID/cmdline) into pip's environment variables, with pip's precedence kept."""
-    from pipguard.install._seam.target import move_credentials
+    from pipguard.install._seam.credentials import move_credentials
 
     args, env = move_credentials(
         ["install", "-i", "https://u:t@h/simple", "--extra-index-url=https://a:b@x/s", "-f", "/local",

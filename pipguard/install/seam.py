@@ -75,7 +75,7 @@ class PipProcess:
 
     def __init__(self, python: str, pip_args: Sequence[str], env: Mapping[str, str],
                  stdout: Optional[int] = None) -> None:
-        from pipguard.install._seam.target import isolated, move_credentials
+        from pipguard.install._seam.credentials import isolated, move_credentials
 
         args = list(pip_args)
         # credentials in -i/--extra-index-url/-f URLs: into pip's environment, not its argv

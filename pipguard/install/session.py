@@ -168,7 +168,7 @@ class InstallSession:
 
 def _redacted(args: Sequence[str]) -> List[str]:
     """The command line for the report: a URL's credentials never reach it (CI uploads reports)."""
-    from pipguard.install._seam.target import redact_credentials
+    from pipguard.install._seam.credentials import redact_credentials
 
     return redact_credentials(args)
 

@@ -12,6 +12,8 @@ if not sys.path or sys.path[0] != _here:  # (it is: the directory run is sys.pat
     sys.path.insert(0, _here)
 import target  # noqa: E402
 
-# a module named "target" could be anyone's: pip's process keeps ours under a name of its own
+# modules named "target" and "credentials" could be anyone's: pip's process keeps ours under
+# names of their own
 sys.modules["_pipguard_seam_target"] = sys.modules.pop("target")
+sys.modules["_pipguard_seam_credentials"] = sys.modules.pop("credentials")
 sys.exit(target.main(sys.argv[1:]))
