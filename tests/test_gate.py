@@ -24,6 +24,7 @@ from support import gatewheels
 from support.wheels import EVIL_PTH, make_wheel
 from support.projects import pyproject
 from pipguard.gate import scan as gate
+from pipguard.gate import startup
 from pipguard.errors import PipError, UsageError
 from pipguard.gate.scan import Finding, scan_artifact, scan_sdist, scan_wheel
 
@@ -144,7 +145,7 @@ def test_editable_path_pth_in_a_normal_wheel_is_high(tmp_path):
 
 
 def test_huge_site_pth_is_not_read_but_reported(tmp_path, monkeypatch):
-    monkeypatch.setattr(gate, "MAX_PTH_BYTES", 16)
+    monkeypatch.setattr(startup, "MAX_PTH_BYTES", 16)
     whl = make_wheel(tmp_path, {"demo.pth": b"x" * 64 + b"\n"})
     (f,) = scan_wheel(whl)
     assert (f.rule, f.severity) == ("pth-exec", "critical") and "not read" in f.message
@@ -412,8 +413,8 @@ def test_setuptools_pth_variants_are_the_released_ones(setuptools_wheels):
     shipped = set()
     for whl in setuptools_wheels.values():
         with zipfile.ZipFile(whl) as zf:
-            shipped.add(gate._normalise_pth_line(zf.read("distutils-precedence.pth").decode()))
-    assert shipped == {gate._normalise_pth_line(v) for v in gate.SETUPTOOLS_PTH_LINES}
+            shipped.add(startup.normalise_pth_line(zf.read("distutils-precedence.pth").decode()))
+    assert shipped == {startup.normalise_pth_line(v) for v in gate.SETUPTOOLS_PTH_LINES}
 
 
 def test_setuptools_line_in_other_wheel_is_critical(tmp_path):

@@ -114,3 +114,25 @@ def test_the_cache_is_bounded(tmp_path, private_cache, monkeypatch):
         whl = make_wheel(directory, {"demo/__init__.py": str(i).encode()})
         gatecache.scan_wheel(str(whl), sha256(str(whl)))
     assert 2 <= len(_entries(private_cache)) <= 4
+
+
+def test_the_cache_key_covers_every_module_the_rules_import():
+    """A cached answer is keyed by the code that decided it: every pipguard.gate module the rules
+    import, at any depth (wheelpaths.py, where a member lands, was once left out of the key)."""
+    import ast
+
+    gate_dir = Path(gatecache.__file__).parent
+    hashed = {Path(p).name for p in gatecache.deciding_files()}
+    seen, todo = set(), ["scan.py"]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for node in ast.walk(ast.parse((gate_dir / name).read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "pipguard.gate":
+                todo += [f"{alias.name}.py" for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pipguard.gate."):
+                todo.append(node.module.split(".")[2] + ".py")
+    assert {"scan.py", "startup.py", "wheelpaths.py", "pthshapes.py", "findings.py"} <= seen
+    assert seen <= hashed, seen - hashed

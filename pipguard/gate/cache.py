@@ -9,7 +9,7 @@ name the artifact), the editable project it was built from, and the code that
 decides them. So they are kept in the private cache directory
 (:mod:`pipguard.cachedir`) under:
 
-    gate/<hash of gate.py and pthshapes.py>/<sha256 of the wheel>-<hash of name and project>.json
+    gate/<hash of the gate package's modules>/<sha256 of the wheel>-<hash of name and project>.json
 
 Any change to the deciding code starts a new directory (old ones are removed);
 an entry that cannot be read is scanned again; only a scan that completed is
@@ -24,7 +24,7 @@ import hashlib
 import json
 import os
 import shutil
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 from pipguard.gate import scan as gate
 from pipguard.cachedir import CacheDirError, private_dir
@@ -55,14 +55,21 @@ def scan_wheel(path: str, digest: str, *, editable_project: Optional[str] = None
     return findings
 
 
+def deciding_files() -> List[str]:
+    """Every module of the gate package: the rules and each module they take a decision from
+    (where a member lands, how a ``.pth`` line is judged, the known hooks' shapes). One more
+    than needed costs a scan again after an upgrade; one missing would answer with the
+    findings of older rules (wheelpaths.py and the start-up rules were missing once)."""
+    here = os.path.dirname(os.path.abspath(gate.__file__ or ""))
+    return sorted(os.path.join(here, name) for name in os.listdir(here) if name.endswith(".py"))
+
+
 def _deciding_code() -> str:
     global _code_key
     if _code_key is None:
-        from pipguard.gate import findings, pthshapes
-
         digest = hashlib.sha256(_SCHEMA.encode())
-        for module in (gate, findings, pthshapes):
-            with open(module.__file__ or "", "rb") as fh:
+        for path in deciding_files():
+            with open(path, "rb") as fh:
                 digest.update(fh.read())
         _code_key = digest.hexdigest()[:24]
     return _code_key

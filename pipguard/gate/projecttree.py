@@ -358,17 +358,18 @@ def judge_startup(rel: str, content: bytes) -> List[Tuple[str, str, str]]:
     were site-packages (any directory of a project can be an import root: ``src/``, an
     editable install's mapping, PYTHONPATH); a ``.pth`` the gate would let through is refused
     all the same: no backend writes one into the project it builds."""
-    from pipguard.gate import scan as gate
+    from pipguard.gate import startup  # the gate's rules: imported where a start-up file is judged
+    from pipguard.gate.findings import BLOCKING_SEVERITIES, CRITICAL, FindingCollector
 
     parts = rel.split("/")
     start = _startup_parts(parts)
-    col = gate._Collector("", "")
+    col = FindingCollector("", "")
     if start is not None:
-        gate._check_startup_module(col, rel, "/".join(parts[start:]))
+        startup.check_startup_module(col, rel, "/".join(parts[start:]))
     if parts[-1].lower().endswith(".pth"):
-        gate._check_pth(col, rel, content, gate._PthContext("", None, lambda module: None))
-    found = [(f.severity, f.rule, f.message) for f in col.result() if f.severity in gate.BLOCKING_SEVERITIES]
-    return found or [(gate.CRITICAL, STARTUP_RULE, "a .pth file the build wrote into the project: site.py "
+        startup.check_pth(col, rel, content, startup.PthContext("", None, lambda module: None))
+    found = [(f.severity, f.rule, f.message) for f in col.result() if f.severity in BLOCKING_SEVERITIES]
+    return found or [(CRITICAL, STARTUP_RULE, "a .pth file the build wrote into the project: site.py "
                       "processes it at every interpreter start once its directory is a site directory")]
 
 

@@ -25,13 +25,14 @@ import stat
 import tarfile
 import zipfile
 import zlib
-from dataclasses import dataclass
-from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
-from pipguard.gate import pthshapes, wheelpaths
+from packaging.utils import canonicalize_name
+
+from pipguard.gate import pthshapes, startup, wheelpaths
 from pipguard.errors import PipError, UsageError
-from pipguard.gate.findings import (BLOCKING_SEVERITIES, CRITICAL, HIGH, INFO, MAX_EVIDENCE, MEDIUM,  # noqa: F401
-                               SEVERITIES, SEVERITY_RANK as _RANK, Finding)
+from pipguard.gate.findings import (BLOCKING_SEVERITIES, CRITICAL, HIGH, INFO, MAX_EVIDENCE,  # noqa: F401
+                                   MAX_FINDINGS, MEDIUM, SEVERITIES, Finding, FindingCollector)
 from pipguard.gate.wheelpaths import ROOT
 
 __all__ = [
@@ -40,10 +41,6 @@ __all__ = [
     "target_layout",
 ]
 
-#: At most this many findings per artifact; the last slot then says how many were dropped.
-MAX_FINDINGS = 100
-#: A site-level ``.pth`` larger than this is not read; it is reported unread (fail closed).
-MAX_PTH_BYTES = 10 * 1024 * 1024
 #: Total uncompressed bytes hashed for the RECORD check; past it the rest is reported unverified.
 MAX_HASH_BYTES = 4 * 1024 * 1024 * 1024
 #: Commands that a console script or installed script must not take over. Compared after
@@ -84,248 +81,16 @@ _DATA_SITE = re.compile(r"^(?:local/)?(?:lib|lib64)/(?:python[^/]*/)?(?:site|dis
 _DATA_STDLIB = re.compile(r"^(?:local/)?(?:lib|lib64)/python[0-9][^/]*(?:/|$)", re.IGNORECASE)
 # Where installed scripts land when written through the data scheme (``prefix/bin``).
 _DATA_BIN = re.compile(r"^(?:bin|scripts)/([^/]+)$", re.IGNORECASE)
-_STARTUP_MODULES = ("sitecustomize", "usercustomize")
-_IMPORTABLE_SUFFIXES = ("py", "pyc", "pyo", "pyw", "so", "pyd")
 _WEAK_HASHES = ("md5", "sha1", "sha224")
 _WHEEL_NAME = re.compile(r"^(?P<name>[^-]+)-(?P<ver>[^-]+)(?:-[^-]+)?-[^-]+-[^-]+-[^-]+\.whl$",
                          re.IGNORECASE)
 
 
-class _Collector:
-    """Keeps the ``MAX_FINDINGS - 1`` most severe findings and counts the rest."""
-
-    def __init__(self, package: str, artifact: str) -> None:
-        self.package = package
-        self.artifact = artifact
-        self.items: List[Finding] = []
-        self.dropped = 0
-        self._seen: Set[tuple] = set()
-
-    def add(self, severity: str, rule: str, member: str, message: str, evidence: str = "",
-            line: Optional[int] = None) -> None:
-        key = (rule, member, line, evidence, message)
-        if key in self._seen:
-            return
-        self._seen.add(key)
-        f = Finding(self.package, self.artifact, severity, rule, member, line, message, evidence)
-        self.items.append(f)
-        if len(self.items) > MAX_FINDINGS - 1:
-            # Drop the least severe (latest among equals) so a flood of mediums cannot hide a critical.
-            worst = max(range(len(self.items)), key=lambda i: (_RANK[self.items[i].severity], i))
-            del self.items[worst]
-            self.dropped += 1
-
-    def result(self) -> Tuple[Finding, ...]:
-        out = sorted(self.items, key=lambda f: (_RANK[f.severity], f.member, f.line or 0))
-        if self.dropped:
-            out.append(Finding(self.package, self.artifact, MEDIUM, "findings-truncated", "", None,
-                               f"{self.dropped} more finding(s) not shown (cap {MAX_FINDINGS})", ""))
-        return tuple(out)
-
-
 # --- helpers --------------------------------------------------------------------------------------
-
-def _canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
 
 def _info_dist(dist_info: str) -> str:
     """Canonical project name of ``{name}-{version}.dist-info``."""
-    return _canonical(dist_info[:-len(".dist-info")].rsplit("-", 1)[0])
-
-
-def _split_parts(name: str) -> List[str]:
-    # Backslashes are separators on Windows (zipfile converts them there), so treat them as such.
-    return [p for p in re.split(r"[\\/]+", name) if p not in ("", ".")]
-
-
-def _unsafe_path(name: str) -> Optional[str]:
-    """Why ``name`` would not stay inside its destination, or ``None``."""
-    if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
-        return "absolute path"
-    if "\x00" in name:
-        return "NUL byte in name"
-    if ".." in _split_parts(name):
-        return "'..' component"
-    return None
-
-
-def _decode_lines(data: bytes) -> List[Tuple[int, str]]:
-    """The lines CPython's ``site.addpackage`` may see, numbered from 1.
-
-    Python <= 3.12 reads the file in the locale encoding with universal newlines; 3.13+ decodes
-    ``utf-8-sig`` (locale fallback) and uses ``str.splitlines``, which also splits at ``\\x0c``,
-    ``\\x1c``-``\\x1e``, ``\\x85``, U+2028/9. Splitting with ``str.splitlines`` finds every line any
-    of them executes (each executed line starts a finer line); decoding both as UTF-8 and as
-    Latin-1 covers a non-UTF-8 locale.
-    """
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
-    texts = [data.decode("utf-8", "surrogateescape")]
-    if not data.isascii():
-        texts.append(data.decode("latin-1"))
-    out: List[Tuple[int, str]] = []
-    seen = set()
-    for text in texts:
-        for n, line in enumerate(text.splitlines(), 1):
-            if (n, line) not in seen:
-                seen.add((n, line))
-                out.append((n, line))
-    return out
-
-
-def _normalise_pth_line(line: str) -> str:
-    return " ".join(line.split()).rstrip(";").rstrip()
-
-
-@dataclass(frozen=True)
-class _PthContext:
-    """What a ``.pth`` line is judged against: who ships it, and what came with it.
-
-    ``owner``: the wheel's canonical project name when its file name, ``.dist-info`` directory and
-    METADATA agree (else ``""``: no shape restricted to an owner is accepted); ``editable_project``:
-    the project directory the wheel was built editable from, ``None`` for any other wheel;
-    ``root_module``: the source of a top-level module shipped in the same wheel, or ``None``.
-    """
-
-    owner: str
-    editable_project: Optional[str]
-    root_module: Callable[[str], Optional[bytes]]
-    #: the site-level directories the wheel ships files in (``a``, ``a/b``...): an nspkg loader
-    #: may only register a namespace the wheel itself fills
-    package_dirs: FrozenSet[str] = frozenset()
-    #: every file the wheel puts below a site directory (its path there): what a relative path
-    #: entry puts on ``sys.path``
-    site_files: FrozenSet[str] = frozenset()
-
-
-def _inside(path: str, root: str) -> bool:
-    """Is absolute ``path`` ``root`` or below it (after resolving symlinks, as the builder did)?"""
-    if not os.path.isabs(path):
-        return False
-    real, base = os.path.realpath(path), os.path.realpath(root)
-    return real == base or real.startswith(base.rstrip(os.sep) + os.sep)
-
-
-def _judge_exec_line(ctx: _PthContext, line: str) -> Tuple[str, str]:
-    """``(severity, message)`` for one line ``site.py`` would execute."""
-    found = pthshapes.match_line(line)
-    if found is None:
-        return CRITICAL, ".pth line starting with 'import' is executed by site.py at every interpreter start"
-    shape = found.shape
-    does = shape.does.format(**found.details)
-    if shape.owners and ctx.owner not in shape.owners:
-        return CRITICAL, (f"the {shape.key} hook of {'/'.join(shape.owners)} in a wheel that is not "
-                          f"{'/'.join(shape.owners)}: it runs at every interpreter start")
-    if shape.key == "nspkg":
-        namespace = found.details["namespace"]
-        if namespace.split(".")[0] in stdlib_modules():
-            return CRITICAL, (f"nspkg hook registering the standard library's {namespace!r} at every "
-                              "interpreter start: it takes over that module's imports")
-        if namespace.replace(".", "/") not in ctx.package_dirs:
-            return CRITICAL, (f"nspkg hook for the namespace {namespace!r}, which this wheel ships no "
-                              "files in: it takes over another package's imports")
-    if shape.editable and ctx.editable_project is None:
-        return CRITICAL, (f"{shape.key} hook in a wheel that was not built editable from a project you "
-                          "gave: it runs at every interpreter start")
-    if shape.companion:
-        module = found.details["module"]
-        source = ctx.root_module(module)
-        if source is None:
-            return CRITICAL, f"{shape.key} hook whose module {module}.py is not in this wheel"
-        text = source.decode("utf-8", "surrogateescape")
-        if shape.key == "setuptools-editable-finder":
-            mapped = pthshapes.match_setuptools_finder(text, module)
-        elif shape.key == "editables-bootstrap":
-            mapped = pthshapes.match_editables_bootstrap(text)
-        else:
-            mapped = None
-        if mapped is None:
-            return CRITICAL, f"{shape.key} hook whose module {module}.py is not the one its tool writes"
-        assert ctx.editable_project is not None  # companions are editable hooks only
-        outside = [p for p in mapped.paths if not _inside(p, ctx.editable_project)]
-        if outside:
-            return CRITICAL, (f"{shape.key} hook maps packages outside the project "
-                              f"{ctx.editable_project}: {outside[0]}")
-    return INFO, f"recognised start-up hook ({shape.key}): {does}"
-
-
-def stdlib_modules() -> FrozenSet[str]:
-    """Top-level module names of the standard library (``sys.stdlib_module_names``; on Python
-    3.9, the names in the stdlib directories and the built-in modules)."""
-    global _STDLIB
-    if _STDLIB is None:
-        import sys
-
-        names = getattr(sys, "stdlib_module_names", None)
-        if names is None:  # pragma: no cover - Python 3.9
-            import sysconfig
-
-            found = set(sys.builtin_module_names)
-            for key in ("stdlib", "platstdlib"):
-                directory = sysconfig.get_paths()[key]
-                for sub in (directory, os.path.join(directory, "lib-dynload")):
-                    try:
-                        found.update(n.split(".", 1)[0] for n in os.listdir(sub))
-                    except OSError:
-                        pass
-            found.discard("site-packages")
-            names = found
-        _STDLIB = frozenset(names)
-    return _STDLIB
-
-
-_STDLIB: Optional[FrozenSet[str]] = None
-
-
-def _check_pth(col: _Collector, member: str, data: bytes, ctx: _PthContext) -> None:
-    """Apply CPython's ``site.addpackage`` reading of a site-level ``.pth`` file."""
-    for n, line in _decode_lines(data):
-        if line.startswith("#") or line.strip() == "":
-            continue
-        # site.py: `if line.startswith(("import ", "import\t")): exec(line)`.
-        if line.startswith(("import ", "import\t")):
-            severity, message = _judge_exec_line(ctx, line)
-            col.add(severity, "pth-exec" if severity == CRITICAL else "pth-known-hook", member,
-                    message, line, n)
-            continue
-        path = line.rstrip()
-        why = _unsafe_path(path)
-        if why is None:
-            _check_path_entry(col, member, n, path, ctx)
-            continue
-        if (why == "absolute path" and ctx.editable_project is not None
-                and _inside(path, ctx.editable_project)):
-            col.add(INFO, "pth-editable-path", member,
-                    f"editable install: adds {path} (in the project {ctx.editable_project}) to "
-                    "sys.path at every interpreter start", path, n)
-        else:
-            col.add(HIGH, "pth-path-escape", member,
-                    f".pth path entry outside site-packages ({why}): it is appended to sys.path at "
-                    "every interpreter start", path, n)
-
-
-def _check_path_entry(col: _Collector, member: str, n: int, path: str, ctx: _PthContext) -> None:
-    """A relative path entry of a site-level ``.pth``: ``site.py`` appends ``<site>/<path>`` to
-    ``sys.path`` before it imports ``sitecustomize`` and ``usercustomize`` from anywhere on it,
-    so a start-up module in that directory runs at every start like one at the top; a file
-    there (a zip archive) is imported from by ``zipimport``, and the gate does not read inside."""
-    entry = posixpath.normpath(path)
-    if entry in (".", ""):
-        return  # the site directory itself: its top level is judged member by member
-    if entry in ctx.site_files:
-        col.add(HIGH, "pth-path-archive", member,
-                f".pth path entry names the wheel's file {entry}: an archive put on sys.path at every "
-                "interpreter start, whose sitecustomize would run then (its contents are not checked)",
-                path, n)
-        return
-    for rel in sorted(ctx.site_files):
-        if rel.startswith(entry + "/"):
-            mod = _startup_module(rel[len(entry) + 1:])
-            if mod is not None:
-                col.add(CRITICAL, mod, member,
-                        f"this .pth puts {entry}/ on sys.path, where the wheel ships '{mod}': site.py "
-                        "imports it at every interpreter start", rel, n)
+    return canonicalize_name(dist_info[:-len(".dist-info")].rsplit("-", 1)[0])
 
 
 def _site_rel(placed: wheelpaths.Placement) -> Optional[str]:
@@ -335,29 +100,6 @@ def _site_rel(placed: wheelpaths.Placement) -> Optional[str]:
         found = _DATA_SITE.match(placed.path)
         return placed.path[found.end():] if found else None
     return placed.site_path
-
-
-def _startup_module(rel: str) -> Optional[str]:
-    """The start-up module (``sitecustomize``/``usercustomize``) that ``rel``, a path relative to
-    a directory on ``sys.path``, is part of; ``None`` for anything else."""
-    parts = rel.split("/")
-    head = parts[0].lower()
-    for mod in _STARTUP_MODULES:
-        if len(parts) > 1 and head == mod:
-            return mod
-        pieces = head.split(".")
-        if len(parts) == 1 and pieces[0] == mod and len(pieces) > 1 and pieces[-1] in _IMPORTABLE_SUFFIXES:
-            return mod
-    return None
-
-
-def _check_startup_module(col: _Collector, member: str, rel: str) -> None:
-    """``rel``: the member's path relative to a site-packages directory."""
-    mod = _startup_module(rel)
-    if mod is not None:
-        kind = "package" if "/" in rel else "module"
-        col.add(CRITICAL, mod, member,
-                f"top-level {kind} '{mod}' is imported by site.py at every interpreter start", rel)
 
 
 def _shadows(script: str, dist: str) -> Optional[str]:
@@ -447,7 +189,7 @@ def _scan_wheel_zip(zf: zipfile.ZipFile, artifact: str,
     infos = zf.infolist()
     names = [i.filename for i in infos]
     m = _WHEEL_NAME.match(artifact)
-    file_dist = _canonical(m.group("name")) if m else ""
+    file_dist = canonicalize_name(m.group("name")) if m else ""
 
     # The .dist-info directory pip would use (`{name}-{version}.dist-info` at the top level).
     info_dirs = sorted({n.split("/", 1)[0] for n in names
@@ -470,36 +212,36 @@ def _scan_wheel_zip(zf: zipfile.ZipFile, artifact: str,
                 meta_name = raw.split(":", 1)[1].strip()
                 break
     package = meta_name or (m.group("name") if m else artifact)
-    dist = _canonical(package)
+    dist = canonicalize_name(package)
     # A hook only its owner may ship needs the file name, .dist-info and METADATA to agree.
     owner = dist if dist_info and dist == file_dist == _info_dist(dist_info) else ""
     is_setuptools = owner == "setuptools"
-    col = _Collector(package, artifact)
+    col = FindingCollector(package, artifact)
     # Where pip writes each member (pip's own normalisation, once): every rule below judges that.
     placements = [p for p in (wheelpaths.place(i.filename) for i in infos) if p is not None]
     # Top-level modules of the wheel (root, .data/purelib, .data/platlib): a hook's companion.
     root_modules: Dict[str, zipfile.ZipInfo] = {}
     for placed in placements:
         rel = placed.site_path or ""
-        if rel.endswith(".py") and "/" not in rel and not _unsafe_path(placed.member):
+        if rel.endswith(".py") and "/" not in rel and not wheelpaths.unsafe_path(placed.member):
             root_modules.setdefault(rel[:-3], zf.getinfo(placed.member))
 
     def root_module(module: str) -> Optional[bytes]:
         info = root_modules.get(module)
-        return None if info is None else _read_limited(zf, info, MAX_PTH_BYTES)
+        return None if info is None else _read_limited(zf, info, startup.MAX_PTH_BYTES)
 
     package_dirs: Set[str] = set()
     for placed in placements:
         parts = (placed.site_path or "").split("/")[:-1]
         package_dirs.update("/".join(parts[:n]) for n in range(1, len(parts) + 1))
     site_files = frozenset(rel for rel in map(_site_rel, placements) if rel is not None)
-    pth_ctx = _PthContext(owner, editable_project, root_module, frozenset(package_dirs), site_files)
+    pth_ctx = startup.PthContext(owner, editable_project, root_module, frozenset(package_dirs), site_files)
 
     # Rule 4: path traversal, symlinks; rule 5 (part): duplicate members.
     seen: Set[str] = set()
     for info in infos:
         name = info.filename
-        why = _unsafe_path(name)
+        why = wheelpaths.unsafe_path(name)
         if why:
             col.add(CRITICAL, "path-traversal", name,
                     f"archive member would be written outside the install scheme ({why})", name)
@@ -527,7 +269,7 @@ def _scan_wheel_zip(zf: zipfile.ZipFile, artifact: str,
     scripts: List[Tuple[str, str]] = []  # (member, installed script name)
     for placed in placements:
         name = placed.member
-        if _unsafe_path(name):
+        if wheelpaths.unsafe_path(name):
             continue  # critical already; where it would land does not matter
         top = name.split("/", 1)[0]
         if placed.error is not None:
@@ -557,7 +299,7 @@ def _scan_wheel_zip(zf: zipfile.ZipFile, artifact: str,
                         "data file lands in the standard library's directory when pip's prefix is "
                         "the interpreter's (a Python used without a venv): imported before "
                         "site-packages, taking over standard modules", sub)
-                _check_startup_module(col, name, sub[stdlib.end():])
+                startup.check_startup_module(col, name, sub[stdlib.end():])
             elif sub.lower().startswith(SENSITIVE_DATA_PREFIXES):
                 col.add(MEDIUM, "data-scheme-escape", name,
                         "data file lands where other programs read or run it (relative to the "
@@ -565,7 +307,7 @@ def _scan_wheel_zip(zf: zipfile.ZipFile, artifact: str,
         if site_rel is None:
             continue
         # Rule 2: sitecustomize / usercustomize; and setuptools' startup module in another wheel.
-        _check_startup_module(col, name, site_rel)
+        startup.check_startup_module(col, name, site_rel)
         if (not is_setuptools and site_rel.split("/", 1)[0] in ("_distutils_hack",
                                                                "_distutils_hack.py")):
             col.add(CRITICAL, "startup-module", name,
@@ -574,12 +316,12 @@ def _scan_wheel_zip(zf: zipfile.ZipFile, artifact: str,
         # Rule 1: site-level .pth files (only these are read by site.py).
         if "/" not in site_rel and site_rel.lower().endswith(".pth"):
             info = zf.getinfo(name)
-            if info.file_size > MAX_PTH_BYTES:
+            if info.file_size > startup.MAX_PTH_BYTES:
                 col.add(CRITICAL, "pth-exec", name,
                         f"site-level .pth of {info.file_size} bytes was not read (limit "
-                        f"{MAX_PTH_BYTES}); treated as executable", "")
+                        f"{startup.MAX_PTH_BYTES}); treated as executable", "")
             else:
-                _check_pth(col, name, _read_limited(zf, info, MAX_PTH_BYTES), pth_ctx)
+                startup.check_pth(col, name, _read_limited(zf, info, startup.MAX_PTH_BYTES), pth_ctx)
 
     # Rule 3: console scripts and installed scripts that shadow common commands.
     ep_member = f"{dist_info}/entry_points.txt"
@@ -605,7 +347,7 @@ def _scan_wheel_zip(zf: zipfile.ZipFile, artifact: str,
     return col.result()
 
 
-def _check_record(zf: zipfile.ZipFile, col: _Collector, dist_info: str,
+def _check_record(zf: zipfile.ZipFile, col: FindingCollector, dist_info: str,
                   infos: Sequence[zipfile.ZipInfo]) -> None:
     record_member = f"{dist_info}/RECORD" if dist_info else "RECORD"
     if not dist_info or record_member not in _names(zf):
@@ -626,7 +368,7 @@ def _check_record(zf: zipfile.ZipFile, col: _Collector, dist_info: str,
         col.add(HIGH, "record-mismatch", record_member, f"RECORD is not valid CSV: {exc}", "")
         return
     for rec_path, (_, _, n) in entries.items():
-        why = _unsafe_path(rec_path)
+        why = wheelpaths.unsafe_path(rec_path)
         if why:
             col.add(CRITICAL, "path-traversal", record_member,
                     f"RECORD names a path outside the install scheme ({why}); an uninstall would "
@@ -672,7 +414,7 @@ def _check_record(zf: zipfile.ZipFile, col: _Collector, dist_info: str,
                     f"content does not match its RECORD hash (archive has {algo}={got})",
                     f"{name},{hash_field}", n)
     for rec_path, (_, _, n) in entries.items():
-        if rec_path not in present and not _unsafe_path(rec_path) and not rec_path.endswith("/"):
+        if rec_path not in present and not wheelpaths.unsafe_path(rec_path) and not rec_path.endswith("/"):
             col.add(MEDIUM, "record-mismatch", record_member,
                     "RECORD lists a file the archive does not contain", rec_path, n)
 
@@ -690,13 +432,13 @@ def scan_sdist(path: "os.PathLike[str] | str") -> Tuple[Finding, ...]:
     artifact = os.path.basename(path)
     base = re.sub(r"\.(tar\.gz|tar\.bz2|tar\.xz|tgz|tar|zip)$", "", artifact, flags=re.IGNORECASE)
     package = base.rsplit("-", 1)[0] if "-" in base else base
-    col = _Collector(package, artifact)
+    col = FindingCollector(package, artifact)
     if artifact.lower().endswith(".zip"):
         zf = _open_zip(path)
         try:
             with zf:
                 for info in zf.infolist():
-                    why = _unsafe_path(info.filename)
+                    why = wheelpaths.unsafe_path(info.filename)
                     if why:
                         col.add(CRITICAL, "path-traversal", info.filename,
                                 f"archive member would be extracted outside the build directory "
@@ -721,9 +463,9 @@ def scan_sdist(path: "os.PathLike[str] | str") -> Tuple[Finding, ...]:
     return col.result()
 
 
-def _check_tar_member(col: _Collector, member: tarfile.TarInfo) -> None:
+def _check_tar_member(col: FindingCollector, member: tarfile.TarInfo) -> None:
     name = member.name
-    why = _unsafe_path(name)
+    why = wheelpaths.unsafe_path(name)
     if why:
         col.add(CRITICAL, "path-traversal", name,
                 f"archive member would be extracted outside the build directory ({why})", name)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import posixpath
 import re
 from dataclasses import dataclass
-from typing import Iterator, Optional, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 __all__ = ["SCHEME_KEYS", "Placement", "ScriptEntry", "place", "script_entries", "script_names"]
 
@@ -145,3 +145,20 @@ def script_entries(text: str) -> Iterator[ScriptEntry]:
             continue
         name, value = (part.strip() for part in line.split("=", 1))
         yield ScriptEntry(section, name, value, n, raw)
+
+
+def _split_parts(name: str) -> List[str]:
+    # Backslashes are separators on Windows (zipfile converts them there), so treat them as such.
+    return [p for p in re.split(r"[\\/]+", name) if p not in ("", ".")]
+
+
+def unsafe_path(name: str) -> Optional[str]:
+    """Why the archive member ``name`` would not stay inside its destination (absolute, a NUL,
+    a ``..`` component, with ``\\`` a separator too), or ``None``: for wheels and sdists alike."""
+    if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
+        return "absolute path"
+    if "\x00" in name:
+        return "NUL byte in name"
+    if ".." in _split_parts(name):
+        return "'..' component"
+    return None
