@@ -2,8 +2,8 @@
 
 Lowest first: ``oslayer/`` (Landlock, seccomp, capabilities) and ``backends/`` (plain, ns:
 the world the first process enters) import nothing else of the sandbox; the pipeline above
-them (policy → plan → launcher, keeper, first_process → supervisor, handlers, lifetime →
-the report) and ``vm/`` (the same pipeline in a guest) import those and pipguard's base,
+them (policy → plan (with rundir) → launcher, keeper, first_process → supervisor, handlers
+(with pathview), lifetime → the report) and ``vm/`` (the same pipeline in a guest) import those and pipguard's base,
 ``rules``, ``protections`` and ``report``, never ``gate``, ``install``, ``pkgbuild`` or
 ``cli``. ``_hook/`` is loaded by path inside sandboxed Pythons and imports no pipguard.
 
