@@ -30,7 +30,7 @@ import support
 from pg import pipguard
 from support import requires
 
-from pipguard.sandbox import acl, sandbox_user
+from pipguard.sandbox import acl, sandbox_user, uidlease
 from pipguard.sandbox.policy import Policy
 from pipguard.sandbox import run
 
@@ -326,10 +326,10 @@ def test_shared_tmp_is_scanned_only_when_it_changed(work, fake_home, monkeypatch
     (root's, 1777 as /tmp is), so that no other process touches it meanwhile."""
     shared = Path(tempfile.mkdtemp(prefix="pipguard-test-sharedtmp-", dir="/tmp"))
     os.chmod(shared, 0o1777)
-    monkeypatch.setattr(sandbox_user, "SHARED_TMP", (str(shared),))
+    monkeypatch.setattr(uidlease, "SHARED_TMP", (str(shared),))
     scanned = []
-    original = sandbox_user._remove_owned_entries
-    monkeypatch.setattr(sandbox_user, "_remove_owned_entries",
+    original = uidlease._remove_owned_entries
+    monkeypatch.setattr(uidlease, "_remove_owned_entries",
                         lambda d, uid, notes: scanned.append(d) or original(d, uid, notes))
     env = support.clean_env(fake_home.path)
     assert run(["/bin/true"], Policy(isolation="audit"), cwd=str(work), env=env).exit_code == 0
@@ -397,7 +397,7 @@ def test_grants_of_a_killed_pipguard_are_undone_by_the_next_lease(tmp_path, fake
     uid = _killed_when_started(_sleeping_run(work, "audit", fake_home), work / "started")
     assert _named_sandbox_uid(Path(base, "deep"))  # the grant stays after the kill
     # the next holder of that uid undoes the journal: kills the sleeper, removes the grants
-    held = sandbox_user.lease(candidates=[uid])
+    held = uidlease.lease(candidates=[uid])
     held.release()
     assert not [pid for pid in sandbox_user.processes_of(uid) if _cwd_under(pid, base)]
     assert not _named_sandbox_uid(Path(base, "deep"))
@@ -644,8 +644,8 @@ def test_a_read_tree_is_walked_again_only_when_it_changed(work, fake_home, monke
         (env / "first.py").write_text("first")
         os.chmod(env / "first.py", 0o600)
         walks = []
-        original = sandbox_user._walk
-        monkeypatch.setattr(sandbox_user, "_walk", lambda top: walks.append(top) or original(top))
+        original = uidlease._walk
+        monkeypatch.setattr(uidlease, "_walk", lambda top: walks.append(top) or original(top))
         policy = Policy(isolation="audit", allow_read=(base,))
 
         def read(name):

@@ -37,11 +37,11 @@ def _doctor(fmt) -> None:
     import click
 
     from pipguard.cli import doctor_checks
-    from pipguard.sandbox import host, sandbox_user
+    from pipguard.sandbox import host, sandbox_user, uidlease
     from pipguard.sandbox.vm import qemu
 
     # first: what runs killed mid-way left (every run does the same before it starts)
-    restored = sandbox_user.replay_stale(again=True)
+    restored = uidlease.replay_stale(again=True)
     facts = host.probe()
     checks = (doctor_checks.checks(facts)
               + [doctor_checks.limits_check(), doctor_checks.stale_grants_check(restored, sandbox_user.needed())]

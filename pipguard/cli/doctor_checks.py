@@ -176,7 +176,7 @@ def limits_check() -> Check:
 
 
 def stale_grants_check(restored: Sequence[Any], leasing: bool) -> Check:
-    """What :func:`pipguard.sandbox.sandbox_user.replay_stale` undid just now (the grants of runs
+    """What :func:`pipguard.sandbox.uidlease.replay_stale` undid just now (the grants of runs
     whose pipguard was killed: ACL entries naming a sandbox uid, files and processes it
     left). ``leasing``: runs here lease sandbox uids (root); unprivileged, there is none to
     undo."""

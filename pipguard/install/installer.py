@@ -235,11 +235,11 @@ def _warm_up(isolation: str) -> None:
     """Import what the first hook call and the gate need, and probe the host's
     planning facts, while pip starts: off the critical path of the first call.
     Synchronous (no thread): the sandboxes fork from this process."""
-    from pipguard.sandbox import sandbox_user
+    from pipguard.sandbox import uidlease
 
     # a killed run's grants, undone while pip starts (every run does it too; this is an
     # install that may run no hook call at all)
-    sandbox_user.replay_stale()
+    uidlease.replay_stale()
     import packaging.requirements  # noqa: F401 (a hook call's answer is checked with it: ~20 ms)
     import packaging.utils  # noqa: F401
 

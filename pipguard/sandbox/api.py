@@ -16,7 +16,7 @@ from typing import Callable, List, Mapping, Optional, Sequence
 
 import pipguard
 from pipguard import exitcodes, protections
-from pipguard.sandbox import filemodes, files, limits, sandbox_user
+from pipguard.sandbox import filemodes, files, limits, sandbox_user, uidlease
 from pipguard.errors import PipguardError
 from pipguard.sandbox.host import summary as host_summary
 from pipguard.sandbox.plan import Plan, make_plan, precompile_hook
@@ -66,7 +66,7 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
     policy = policy or Policy()
     # grants of runs whose pipguard was killed: undone before anything, whichever backend
     # this run takes (once per process; root only)
-    sandbox_user.replay_stale()
+    uidlease.replay_stale()
     if policy.isolation == "vm":  # a backend of its own until the launcher carries backends
         from pipguard.sandbox.vm import runner as vm
 
@@ -100,7 +100,7 @@ def run(argv: Sequence[str], policy: Optional[Policy] = None, *, cwd: Optional[s
         if sandbox_user.needed() and plan.namespace is None:
             # as root, the sandbox runs as a leased unprivileged uid (docs/sandbox.md, "Running as
             # root"); the namespace backend maps its own uid and needs no grants (idmapped mounts)
-            lease = sandbox_user.prepare(plan, plan.settings.user_read)
+            lease = uidlease.prepare(plan, plan.settings.user_read)
             plan.env[HOOK_CONFIG] = sandbox_user.hook_config(plan.env[HOOK_CONFIG], lease.user)
         roots = [r for r in plan.write_roots if (record_build_dir or r != plan.cwd)
                  and r not in plan.namespace_tmpfs]

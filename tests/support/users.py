@@ -50,24 +50,24 @@ def traversable_by(path: str, uid: int = NOBODY):
     the first one in grants, and the last one out revokes, restoring what was there before the
     first grant. A holder that died without leaving is not counted (its pid is gone).
     """
-    from pipguard.sandbox import acl, sandbox_user
+    from pipguard.sandbox import acl, sandbox_user, uidlease
 
     mode = os.stat(path).st_mode
     if mode & 0o001:
         yield
         return
     key = hashlib.sha256(f"{uid}:{os.path.realpath(path)}".encode()).hexdigest()[:16]
-    holders = Path(sandbox_user._state_dir()) / "tests-traversable" / key
+    holders = Path(sandbox_user.state_dir()) / "tests-traversable" / key
     mine = holders / f"{os.getpid()}-{uuid.uuid4().hex}"
-    with sandbox_user.acl_lock():
+    with uidlease.acl_lock():
         holders.mkdir(parents=True, exist_ok=True)
         if not _live_holders(holders):
-            (holders / "had-acl").write_text(str(int(acl.grant_user(path, uid, sandbox_user.X))))
+            (holders / "had-acl").write_text(str(int(acl.grant_user(path, uid, uidlease.X))))
         mine.touch()
     try:
         yield
     finally:
-        with sandbox_user.acl_lock():
+        with uidlease.acl_lock():
             mine.unlink()
             if not _live_holders(holders):
                 had = (holders / "had-acl").read_text() == "1"
