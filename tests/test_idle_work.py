@@ -202,3 +202,23 @@ def test_a_kernel_wait_runs_on_a_thread_the_blocks_end_joins():
         assert {s for s in CALLER_SIGNALS if not mask & (1 << (s - 1))} == set()
         release.set()
     assert seen == ["pipguard-clean-up"] and not threads[0].is_alive()
+
+
+def test_a_plan_refused_half_way_leaves_no_run_directory(work, tmp_path, monkeypatch):
+    """The run directory is made before the OS layer is resolved: a plan that fails there
+    (``--isolation os`` where the OS layer is missing) removes it, or every refused run
+    left one behind until the process ended."""
+    import tempfile
+
+    from pipguard.errors import LayerUnavailable
+
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    with pytest.raises(LayerUnavailable):
+        plan_mod.make_plan(["/bin/true"], Policy(isolation="os"), cwd=str(work), os_available=False,
+                           os_reason="no Landlock here")
+    assert list(temp.iterdir()) == []
+    plan = _plan(work, "audit")  # the same place otherwise holds the run's directory
+    assert os.path.dirname(plan.run_dir) == str(temp)
+    rundir.cleanup(plan.run_dir)

@@ -19,7 +19,7 @@ from pipguard.errors import CommandNotFound, UsageError
 from pipguard.sandbox.oslayer import OsLayerSpec
 from pipguard.sandbox.policy import Policy
 from pipguard.sandbox import limits
-from pipguard.sandbox.rundir import run_dir_parts, stop_idle_work_if_reachable, take_run_dir
+from pipguard.sandbox.rundir import cleanup, run_dir_parts, stop_idle_work_if_reachable, take_run_dir
 from pipguard import protections, rules
 
 if TYPE_CHECKING:
@@ -345,28 +345,111 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
               os_available: bool = True, os_reason: str = "",
               proxy_port: Optional[int] = None, facts: Optional[Any] = None) -> Plan:
     """Resolve ``policy`` for running ``argv``. Creates the private run
-    directory (temp dir, sandbox HOME, event FIFO); the caller removes it."""
+    directory (temp dir, sandbox HOME, event FIFO); the caller removes it.
+    The steps, in order: the command and its directory, the backend, the
+    roots, the network mode, the environment with the audit hook's
+    configuration, the OS layer (and the namespace's new root), the settings."""
+    source_env = dict(os.environ if env is None else env)
+    homes = home_directories(source_env)
+    cwd = _working_directory(cwd, policy, homes)
+    executable = resolve_command(argv, source_env.get("PATH"), cwd)
+
+    network = _network_mode(policy, proxy_port)
+    if facts is None:
+        facts = _host_facts(policy)
+    in_ns = uses_namespaces(policy, facts, os_available)
+    run_dir, decoy_token = take_run_dir(in_ns)
+    try:
+        return _planned(argv, policy, cwd, executable, source_env, homes, network, facts, in_ns, run_dir,
+                        decoy_token, supervisor_pid, os_available, os_reason, proxy_port)
+    except BaseException:
+        cleanup(run_dir)  # a plan refused half way leaves no run directory behind
+        raise
+
+
+def _planned(argv: Sequence[str], policy: Policy, cwd: str, executable: str, source_env: Mapping[str, str],
+             homes: Tuple[str, ...], network: str, facts: Any, in_ns: bool, run_dir: str,
+             decoy_token: Optional[str], supervisor_pid: Optional[int], os_available: bool, os_reason: str,
+             proxy_port: Optional[int]) -> Plan:
+    tmp_dir, home_dir, fifo = run_dir_parts(run_dir)
+    roots = _roots(policy, cwd, executable, source_env.get("PATH"), homes, tmp_dir, home_dir, in_ns)
+    kept, removed = _sandbox_env(source_env, policy, roots, tmp_dir, home_dir, network, proxy_port)
+    kept["PIPGUARD_HOOK"] = _hook_config(policy, roots, homes, home_dir, fifo, network, proxy_port, supervisor_pid)
+
+    states = protections.planned(policy.isolation, facts, network=network, as_root=os.geteuid() == 0,
+                                 os_reason="" if os_available else os_reason)
+    if not policy.prefer_ns:  # auto on the host's filesystem by request: ns is not wanted, not missing
+        states = tuple(s for s in states if s.name != "ns")
+    unavailable: Dict[str, str] = {}
+    os_spec, namespace = None, None
+    if policy.isolation != "audit":
+        if os_available:
+            os_spec, namespace = _os_layer(policy, facts, roots, homes, home_dir, fifo, network, proxy_port,
+                                           decoy_token if in_ns else None, in_ns)
+        elif policy.isolation in ("os", "ns"):
+            from pipguard.errors import LayerUnavailable
+
+            raise LayerUnavailable(f"the OS layer is unavailable: {os_reason}",
+                                   hint="use --isolation auto or audit on this host")
+        else:
+            unavailable["os"] = os_reason
+    # (not the namespace's own tmpfs /tmp and /dev/shm: they are not the host's)
+    stop_idle_work_if_reachable([*roots.read, *roots.host_write, cwd])
+    return Plan(
+        argv=tuple(argv), executable=executable, cwd=cwd, run_dir=run_dir, fifo=fifo,
+        tmp_dir=tmp_dir, home_dir=home_dir, env=kept, env_removed=removed, homes=homes,
+        read_roots=roots.read, write_roots=roots.write, os_spec=os_spec,
+        os_required=policy.isolation in ("os", "ns"), protections=states, unavailable=unavailable,
+        proxy_port=proxy_port,
+        toolchain_roots=roots.toolchains, toolchain_prefixes=roots.prefixes,
+        private_roots=tuple(policy.private_roots),
+        namespace=namespace, namespace_tmpfs=roots.namespace_tmpfs,
+        settings=RunSettings(
+            isolation=policy.isolation, network=network, timeout=policy.timeout,
+            max_events=policy.max_events, memory=policy.limit_memory or limits.default_memory(),
+            processes=policy.limit_processes, cpu=policy.limit_cpu, write=policy.limit_write,
+            user_read=(*policy.allow_read, *policy.read_only_by_landlock), policy_json=policy.to_json()),
+    )
+
+
+def _working_directory(cwd: Optional[str], policy: Policy, homes: Sequence[str]) -> str:
+    """The run's working directory, real; refused where making it writable would open
+    system or home directories."""
     cwd = os.path.realpath(cwd or os.getcwd())
     if not os.path.isdir(cwd):
         raise UsageError(f"working directory {cwd} does not exist")
-    source_env = dict(os.environ if env is None else env)
-    executable = resolve_command(argv, source_env.get("PATH"), cwd)
-    homes = home_directories(source_env)
     if policy.writable_cwd and (cwd in UNSAFE_CWD or any(h == cwd or h.startswith(cwd + "/") for h in homes)):
         raise UsageError(
             f"refusing to make {cwd} writable for the sandbox: it is or contains system or home directories",
             hint="run from the project's own directory",
         )
+    return cwd
 
-    if facts is None:
-        facts = _host_facts(policy)
-    in_ns = uses_namespaces(policy, facts, os_available)
-    run_dir, decoy_token = take_run_dir(in_ns)
-    tmp_dir, home_dir, fifo = run_dir_parts(run_dir)
 
-    write_roots = [tmp_dir, home_dir, *policy.allow_write]
+@dataclass(frozen=True)
+class _Roots:
+    """What a run may read and write, resolved (:func:`_roots`)."""
+
+    read: Tuple[str, ...]
+    write: Tuple[str, ...]
+    #: ns: the sandbox's own tmpfs /tmp and /dev/shm, writable inside (not the host's); also in write
+    namespace_tmpfs: Tuple[str, ...]
+    #: PATH directories inside a home made readable (also in read)
+    toolchains: Tuple[str, ...]
+    #: their prefixes, not granted (a lookup there is informational)
+    prefixes: Tuple[str, ...]
+
+    @property
+    def host_write(self) -> Tuple[str, ...]:
+        """The write roots that are the host's directories (not the namespace's own tmpfs)."""
+        return tuple(r for r in self.write if r not in self.namespace_tmpfs)
+
+
+def _roots(policy: Policy, cwd: str, executable: str, path_var: Optional[str], homes: Sequence[str],
+           tmp_dir: str, home_dir: str, in_ns: bool) -> _Roots:
+    write = [tmp_dir, home_dir, *policy.allow_write]
     if policy.writable_cwd:
-        write_roots.insert(0, cwd)
+        write.insert(0, cwd)
     # ns: the sandbox's own tmpfs /tmp and /dev/shm are writable (they are not
     # the host's); its homes are decoy tmpfs, readable (a read is evidence)
     namespace_tmpfs: Tuple[str, ...] = ()
@@ -374,15 +457,32 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
         from pipguard.sandbox.backends.ns.spec import PRIVATE_TMPFS
 
         namespace_tmpfs = PRIVATE_TMPFS
-    write_roots += namespace_tmpfs
+    write += namespace_tmpfs
     # Derived roots must never widen into a home: `/bin/sh` would otherwise
     # make "/" (the parent of /bin) readable.
     derived = [r for r in _interpreter_roots(executable)
                if r not in ("/", "") and not any(h == r or h.startswith(r.rstrip("/") + "/") for h in homes)]
-    toolchains = toolchain_roots(source_env.get("PATH"), homes)
-    read_roots = [*derived, *toolchains, *policy.allow_read, *policy.read_only_by_landlock]
-    prefixes = toolchain_prefixes(source_env.get("PATH"), homes, read_roots)
+    toolchains = toolchain_roots(path_var, homes)
+    read = [*derived, *toolchains, *policy.allow_read, *policy.read_only_by_landlock]
+    prefixes = toolchain_prefixes(path_var, homes, read)
+    return _Roots(tuple(read), tuple(write), namespace_tmpfs, toolchains, prefixes)
 
+
+def _network_mode(policy: Policy, proxy_port: Optional[int]) -> str:
+    """``all``, ``hosts`` (through pipguard's index proxy) or ``none``."""
+    if policy.allow_network:
+        return "all"
+    if policy.allow_hosts:
+        if proxy_port is None:
+            raise UsageError("allow_hosts needs pipguard's index proxy (use pipguard.sandbox.run)")
+        return "hosts"
+    return "none"
+
+
+def _sandbox_env(source_env: Mapping[str, str], policy: Policy, roots: _Roots, tmp_dir: str, home_dir: str,
+                 network: str, proxy_port: Optional[int]) -> Tuple[Dict[str, str], Tuple[str, ...]]:
+    """The command's environment (the allow-list, HOME and the temp dirs the run's own, the
+    audit hook on PYTHONPATH) and the names of what was removed."""
     kept, removed = scrub_env(source_env, policy.keep_env)
     user_pythonpath = kept.pop("PYTHONPATH", None)
     kept.update(
@@ -395,34 +495,33 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
     kept.setdefault("PATH", os.defpath)
     # rustup's proxies (~/.cargo/bin/cargo) find their toolchains in $RUSTUP_HOME,
     # by default in $HOME, which is now the decoy: point them at the real one.
-    rustup = next((r for r in toolchains if r.endswith("/.rustup")), None)
+    rustup = next((r for r in roots.toolchains if r.endswith("/.rustup")), None)
     if rustup and "RUSTUP_HOME" not in kept:
         kept["RUSTUP_HOME"] = rustup
-    if policy.allow_network:
-        network = "all"
-    elif policy.allow_hosts:
-        network = "hosts"
-    else:
-        network = "none"
     if network == "hosts":
-        if proxy_port is None:
-            raise UsageError("allow_hosts needs pipguard's index proxy (use pipguard.sandbox.run)")
         proxy = f"http://127.0.0.1:{proxy_port}"
         for name in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"):
             kept[name] = proxy
-    hook_config = {
+    return kept, removed
+
+
+def _hook_config(policy: Policy, roots: _Roots, homes: Sequence[str], home_dir: str, fifo: str, network: str,
+                 proxy_port: Optional[int], supervisor_pid: Optional[int]) -> str:
+    """The audit hook's configuration (``PIPGUARD_HOOK``): the same grants and rules as the
+    supervisor's, as data."""
+    return json.dumps({
         "homes": list(homes),
         "sandbox_home": home_dir,
-        "read": read_roots,
+        "read": list(roots.read),
         # not the namespace's own /tmp and /dev/shm: for the hook's rules they are no grant (a
         # Python look into pip's temp area, where the other builds live, stays a foreign-read)
-        "write": [r for r in write_roots if r not in namespace_tmpfs],
+        "write": list(roots.host_write),
         # ...but writable: a Python write there is no more than a native one (found measuring
         # the write limit, issue 33: a build's write to its own /tmp was write-outside-roots)
-        "own_tmpfs": list(namespace_tmpfs),
+        "own_tmpfs": list(roots.namespace_tmpfs),
         "write_files": [fifo],
         "private": list(policy.private_roots),
-        "prefixes": list(prefixes),
+        "prefixes": list(roots.prefixes),
         "network": network,
         # the sandbox itself reaches only the proxy; the proxy enforces the hosts
         "hosts": [f"127.0.0.1:{proxy_port}"] if network == "hosts" else [],
@@ -431,73 +530,46 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
         "fifo": fifo,
         "hook_dir": HOOK_DIR,
         "rules": rules.hook_table(),
-    }
-    kept["PIPGUARD_HOOK"] = json.dumps(hook_config, separators=(",", ":"))
+    }, separators=(",", ":"))
 
-    unavailable: Dict[str, str] = {}
-    os_spec = None
+
+def _os_layer(policy: Policy, facts: Any, roots: _Roots, homes: Sequence[str], home_dir: str, fifo: str,
+              network: str, proxy_port: Optional[int], decoy_token: Optional[str],
+              in_ns: bool) -> Tuple[OsLayerSpec, Optional["NamespaceSpec"]]:
+    """The OS layer's spec and, under ns, the namespace's new root (its decoy homes planted
+    in the run's HOME unless the run directory made ahead has them)."""
+    # System dirs never widen into a home (HOME=/opt/ci under /opt).
+    system = [g for root in rules.SYSTEM_READ for g in grants_excluding(root, homes)]
+    readable = [*system, *_etc_entries(), *roots.read]
     namespace = None
-    states = protections.planned(policy.isolation, facts, network=network, as_root=os.geteuid() == 0,
-                                 os_reason="" if os_available else os_reason)
-    if not policy.prefer_ns:  # auto on the host's filesystem by request: ns is not wanted, not missing
-        states = tuple(s for s in states if s.name != "ns")
-    if policy.isolation != "audit":
-        if not os_available:
-            if policy.isolation in ("os", "ns"):
-                from pipguard.errors import LayerUnavailable
+    if in_ns:
+        from pipguard.sandbox.backends.ns.decoys import HOME_DECOYS, plant_decoys
+        from pipguard.sandbox.backends.ns.spec import spec_for
 
-                raise LayerUnavailable(f"the OS layer is unavailable: {os_reason}",
-                                       hint="use --isolation auto or audit on this host")
-            unavailable["os"] = os_reason
-        else:
-            # System dirs never widen into a home (HOME=/opt/ci under /opt).
-            system = [g for root in rules.SYSTEM_READ for g in grants_excluding(root, homes)]
-            readable = [*system, *_etc_entries(), *read_roots]
-            if in_ns:
-                from pipguard.sandbox.backends.ns.decoys import HOME_DECOYS, plant_decoys
-                from pipguard.sandbox.backends.ns.spec import spec_for
-
-                namespace = spec_for(readable, [*(r for r in write_roots if r not in namespace_tmpfs), fifo],
-                                     [*DEVICES, *_tty_devices()], homes, network == "all",
-                                     sandbox_home=home_dir,
-                                     # without Landlock a writable mount would be no barrier at all
-                                     # (ABI 3: truncate(2) is Landlock's from there on)
-                                     landlock_read_only=policy.read_only_by_landlock
-                                     if facts is not None and facts.landlock_abi >= 3 else (),
-                                     token=decoy_token)
-                readable += namespace.decoy_homes
-                # in the run's own $HOME before anything runs: they are not the build's writes
-                # (a run directory made ahead while pipguard was idle has them already)
-                if decoy_token is None:
-                    plant_decoys(home_dir, namespace.token, HOME_DECOYS)
-            os_spec = OsLayerSpec(
-                read_paths=tuple(dict.fromkeys(p for p in readable if p)),
-                write_paths=tuple(dict.fromkeys([*write_roots, fifo])),
-                device_paths=tuple(dict.fromkeys([*DEVICES, *_tty_devices()])),
-                network="all" if network == "all" else ("ports" if network == "hosts" else "none"),
-                tcp_connect_ports=(proxy_port,) if network == "hosts" and proxy_port else (),
-                allow_subprocess=policy.allow_subprocess,
-                notify=True,
-                observe_reads=policy.observe_reads if policy.observe_reads is not None
-                else not in_ns,
-            )
-    # (not the namespace's own tmpfs /tmp and /dev/shm: they are not the host's)
-    stop_idle_work_if_reachable([*read_roots, *(r for r in write_roots if r not in namespace_tmpfs), cwd])
-    return Plan(
-        argv=tuple(argv), executable=executable, cwd=cwd, run_dir=run_dir, fifo=fifo,
-        tmp_dir=tmp_dir, home_dir=home_dir, env=kept, env_removed=removed, homes=homes,
-        read_roots=tuple(read_roots), write_roots=tuple(write_roots), os_spec=os_spec,
-        os_required=policy.isolation in ("os", "ns"), protections=states, unavailable=unavailable,
-        proxy_port=proxy_port,
-        toolchain_roots=toolchains, toolchain_prefixes=prefixes,
-        private_roots=tuple(policy.private_roots),
-        namespace=namespace, namespace_tmpfs=namespace_tmpfs,
-        settings=RunSettings(
-            isolation=policy.isolation, network=network, timeout=policy.timeout,
-            max_events=policy.max_events, memory=policy.limit_memory or limits.default_memory(),
-            processes=policy.limit_processes, cpu=policy.limit_cpu, write=policy.limit_write,
-            user_read=(*policy.allow_read, *policy.read_only_by_landlock), policy_json=policy.to_json()),
+        namespace = spec_for(readable, [*roots.host_write, fifo],
+                             [*DEVICES, *_tty_devices()], homes, network == "all",
+                             sandbox_home=home_dir,
+                             # without Landlock a writable mount would be no barrier at all
+                             # (ABI 3: truncate(2) is Landlock's from there on)
+                             landlock_read_only=policy.read_only_by_landlock
+                             if facts is not None and facts.landlock_abi >= 3 else (),
+                             token=decoy_token)
+        readable += namespace.decoy_homes
+        # in the run's own $HOME before anything runs: they are not the build's writes
+        # (a run directory made ahead while pipguard was idle has them already)
+        if decoy_token is None:
+            plant_decoys(home_dir, namespace.token, HOME_DECOYS)
+    os_spec = OsLayerSpec(
+        read_paths=tuple(dict.fromkeys(p for p in readable if p)),
+        write_paths=tuple(dict.fromkeys([*roots.write, fifo])),
+        device_paths=tuple(dict.fromkeys([*DEVICES, *_tty_devices()])),
+        network="all" if network == "all" else ("ports" if network == "hosts" else "none"),
+        tcp_connect_ports=(proxy_port,) if network == "hosts" and proxy_port else (),
+        allow_subprocess=policy.allow_subprocess,
+        notify=True,
+        observe_reads=policy.observe_reads if policy.observe_reads is not None else not in_ns,
     )
+    return os_spec, namespace
 
 
 def _host_facts(policy: Policy):
