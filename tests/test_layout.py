@@ -199,6 +199,21 @@ def test_layers_only_import_downward():
     assert not upward, "imports that run up the layers:\n" + "\n".join(sorted(set(upward)))
 
 
+def test_only_the_callers_above_import_the_public_api():
+    """The public API (pipguard.sandbox.api) is for the layers above the sandbox, the two lazy
+    entry points (``pipguard``, ``pipguard.sandbox``) and the VM guest's program (``python -m
+    pipguard.sandbox.vm.guest`` in the guest: its command line, as the CLI is the host's); the
+    pipeline below it and the VM backend's host side (which took the API's host summary once:
+    an import circle) never import it."""
+    api = "pipguard.sandbox.api"
+    allowed_layers = {layer_of("pipguard.install"), layer_of("pipguard.cli")}
+    entry_points = ("pipguard", "pipguard.sandbox", "pipguard.sandbox.vm.guest")
+    importers = sorted({edge.source for edge in imports() if edge.target == api})
+    below = [m for m in importers if m not in entry_points and layer_of(m) not in allowed_layers]
+    assert not below, below
+    assert "pipguard.sandbox" in importers  # the test reads what it should
+
+
 def test_the_graph_sees_a_circle_and_an_upward_import():
     """The checks above can fail: a planted circle (module level one way, in a function the
     other, through ``from pipguard import x``) is found, and so is an import to a higher layer."""
