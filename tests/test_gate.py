@@ -771,3 +771,53 @@ def test_target_dir_layout(tmp_path):
     layout = gate.TargetLayout.for_target_dir(str(tmp_path / "t"))
     whl = _wheel(tmp_path, "w", {"demo/__init__.py": b""})
     assert layout.scripts == str(tmp_path / "t" / "bin") and gate.check_ownership([whl], layout) == []
+
+
+@pytest.fixture
+def target_dir(tmp_path):
+    """A ``pip install --target`` directory holding ``victim`` (installed there by the real pip)."""
+    wheels = tmp_path / "victim-wheel"
+    wheels.mkdir()
+    victim = make_wheel(wheels, {"victim/__init__.py": b"VALUE = 'original'\n"}, name="victim")
+    directory = tmp_path / "dest"
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target",
+                           str(directory), str(victim)], env=support.clean_env(tmp_path / "home"),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+    assert proc.returncode == 0, proc.stdout
+    assert (directory / "victim" / "__init__.py").is_file()
+    return directory
+
+
+def test_target_upgrade_deleting_another_distributions_package_is_critical(tmp_path, target_dir):
+    """``pip install --target DIR --upgrade`` removes each top-level entry of DIR it moves in,
+    whole: a wheel that ships one new file below another distribution's package (overwriting
+    nothing) makes pip delete that package, and its file takes the package's place."""
+    layout = gate.TargetLayout.for_target_dir(str(target_dir))
+    remover = _wheel(tmp_path, "r", {"victim/api.py": b"TAKEN = 1\n", "remover/__init__.py": b""}, name="remover")
+    (f,) = gate.check_ownership([remover], layout, replaces_entries=True)
+    assert (f.severity, f.rule, f.package, f.member) == ("critical", "overwrites-other", "remover", "victim/api.py")
+    assert "victim" in f.message and f.evidence == str(target_dir / "victim")
+    # without --upgrade pip leaves an existing entry alone (it warns): nothing is deleted
+    assert gate.check_ownership([remover], layout) == []
+    # pip compares the entries' names: a module victim.py is moved in beside the package, which
+    # it deletes nothing of (and Python's finder keeps the package: shadowing's rules judge it)
+    module = _wheel(tmp_path, "m", {"victim.py": b"", "remover/__init__.py": b""}, name="remover")
+    assert not [f for f in gate.check_ownership([module], layout, replaces_entries=True) if "delete" in f.message]
+
+
+def test_target_upgrade_of_the_owner_or_with_it_passes(tmp_path, target_dir):
+    """The owner's own upgrade, and an install that moves the owner in again with the other
+    wheel, delete nothing of anyone else's; a link pip leaves alone; an entry nobody's RECORD
+    lists is the environment's."""
+    layout = gate.TargetLayout.for_target_dir(str(target_dir))
+    up = _wheel(tmp_path, "up", {"victim/__init__.py": b"VALUE = 2\n"}, name="victim", version="2.0")
+    assert gate.check_ownership([up], layout, replaces_entries=True) == []
+    remover = _wheel(tmp_path, "r", {"victim/api.py": b"", "remover/__init__.py": b""}, name="remover")
+    both = gate.check_ownership([up, remover], layout, replaces_entries=True)
+    assert [f.rule for f in both] == [], both
+    (target_dir / "planted").mkdir()
+    (target_dir / "planted" / "x.py").write_text("")
+    (target_dir / "linked").symlink_to(target_dir / "planted")
+    other = _wheel(tmp_path, "o", {"planted/y.py": b"", "linked/z.py": b""}, name="other")
+    (f,) = gate.check_ownership([other], layout, replaces_entries=True)
+    assert f.evidence == str(target_dir / "planted") and "the environment" in f.message

@@ -137,6 +137,21 @@ def test_target_and_prefix(tmp_path, fake_home, route, any_pip_target, where):
     assert "light-pure" not in pip_list(target)  # not in the venv itself
 
 
+def test_an_in_tree_backend_builds_with_every_pip(tmp_path, fake_home, links, any_pip_target):
+    """A project whose backend lives in its own tree (``backend-path``, as setuptools', flit's
+    and pdm's own sdists have): each pip's pyproject-hooks names that path in a variable of its
+    own (pip 26.3's as JSON), which the hook call's scrubbed environment must keep, or the
+    backend cannot be imported and a valid project is refused (it was, on pip 26.3)."""
+    from support.handbackend import write_hand_project
+
+    extra = links.add(tmp_path / "extra")
+    build_sdist(write_hand_project(tmp_path / "src", "intree", members={"intree/__init__.py": "OK = 1\n"}), extra)
+    proc, report = pg_install(["intree"], home=fake_home, target=any_pip_target, route=links, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert report["verdict"] == "clean" and pip_list(any_pip_target).get("intree") == "1.0", report["packages"]
+    assert "build_wheel" in [p["name"] for p in report["phases"]]
+
+
 # --------------------------------------------------------------------------- build requirements
 def test_dynamic_build_requirements(tmp_path, fake_home, route, any_pip_target):
     """setup_requires is asked for through get_requires_for_build_wheel; pip installs it into

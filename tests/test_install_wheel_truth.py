@@ -150,3 +150,41 @@ def test_namespace_packages_shared_by_two_distributions_pass(tmp_path, wheelhous
     layout = target_layout(str(venv / "bin" / "python"))
     assert gate.check_ownership([gate.WheelToInstall(str(second)), gate.WheelToInstall(str(third))],
                                 layout) == []
+
+
+def test_a_target_upgrade_that_would_delete_another_distributions_package_is_refused(
+        tmp_path, fake_home, route, any_pip_target):
+    """`pip install --target DIR --upgrade` removes every top-level entry of DIR it moves in,
+    whole. A quiet build needs no blocked attempt: its wheel ships one new file below another
+    distribution's package (`victim/api.py`), overwriting nothing, and pip would delete `victim/`
+    and put that file in its place. Refused with `overwrites-other`, DIR unchanged; plain pip
+    does delete it (the attack is real), and without --upgrade pip leaves victim/ alone."""
+    extra = route.add(tmp_path / "extra")
+    make_wheel(extra, {"victim/__init__.py": b"VALUE = 'original'\n"}, name="victim")
+    build_sdist(write_hand_project(tmp_path / "src", "remover", members={
+        "remover/__init__.py": "", "victim/api.py": "TAKEN = True\n"}), extra)
+    pip = [str(any_pip_target / "bin" / "python"), "-m", "pip", "install", *route.args()]
+    env = fake_home.env(route.env())
+    dest, plain = tmp_path / "dest", tmp_path / "plain"
+    for directory in (dest, plain):
+        done = subprocess.run([*pip, "--target", str(directory), "victim"], env=env, capture_output=True,
+                              text=True, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-2000:]
+    before = listing(dest)
+    proc, report = pg_install(["--target", str(dest), "--upgrade", "remover"], home=fake_home,
+                              target=any_pip_target, route=route, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert listing(dest) == before
+    found = [f for p in report["packages"] for f in p["findings"] if f["rule"] == "overwrites-other"]
+    assert found and found[0]["severity"] == "critical" and "victim" in found[0]["message"], report["packages"]
+    # what plain pip does with the same wheel: victim's package is gone
+    done = subprocess.run([*pip, "--target", str(plain), "--upgrade", "remover"], env=env,
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not (plain / "victim" / "__init__.py").exists() and (plain / "victim" / "api.py").exists()
+    # without --upgrade pip keeps victim/ (it warns) and the install goes ahead
+    proc, report = pg_install(["--target", str(dest), "remover"], home=fake_home, target=any_pip_target,
+                              route=route, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (dest / "victim" / "__init__.py").read_text() == "VALUE = 'original'\n"
+    assert (dest / "remover" / "__init__.py").exists()

@@ -241,7 +241,8 @@ def _wheel_files(path: str, dirs: Dict[str, str]) -> Tuple[str, List[Tuple[str, 
     return name, out
 
 
-def check_ownership(wheels: Sequence[WheelToInstall], target: TargetLayout) -> list:
+def check_ownership(wheels: Sequence[WheelToInstall], target: TargetLayout, *,
+                    replaces_entries: bool = False) -> list:
     """Findings (``pipguard.gate.scan.Finding``, critical ``overwrites-other``) for each file an install
     of ``wheels`` into ``target`` would write over something another distribution owns.
 
@@ -249,6 +250,11 @@ def check_ownership(wheels: Sequence[WheelToInstall], target: TargetLayout) -> l
     present without any RECORD listing it (owner "the environment"), or claimed by another
     wheel in ``wheels``. A path the wheel's own distribution already owns (upgrade, reinstall) is
     fine. An empty ``wheels`` gives no finding.
+
+    ``replaces_entries``: ``pip install --target DIR --upgrade``, which installs into a temporary
+    directory and then removes each top-level entry of DIR that it is about to move in, whole
+    (pip's ``_handle_target_dir``), so a wheel that ships one file below another distribution's
+    package deletes that package (:func:`_replacing`).
     """
     from pipguard.gate.findings import CRITICAL, Finding
 
@@ -257,10 +263,12 @@ def check_ownership(wheels: Sequence[WheelToInstall], target: TargetLayout) -> l
     present = _roots_present(dirs, installed)
     claimed: Dict[str, Tuple[str, str]] = {}  # destination -> (project, wheel file name)
     findings: List[Finding] = []
-    for wheel in wheels:
-        artifact = os.path.basename(wheel.path)
-        name, files = _wheel_files(wheel.path, dirs)
+    parsed = [(os.path.basename(wheel.path), *_wheel_files(wheel.path, dirs)) for wheel in wheels]
+    installing = frozenset(name for _, name, _ in parsed)  # what pip moves in again, whatever it removed
+    for artifact, name, files in parsed:
         findings += _shadowing(name, artifact, files, dirs, present)
+        if replaces_entries:
+            findings += _replacing(name, artifact, files, dirs["purelib"], installed, installing)
         for dest, source in files:
             owner = installed.get(dest)
             other: Optional[str] = None
@@ -277,6 +285,39 @@ def check_ownership(wheels: Sequence[WheelToInstall], target: TargetLayout) -> l
                     name, artifact, CRITICAL, "overwrites-other", source, None,
                     f"{name} would overwrite {dest}, owned by {other}", dest))
     return findings
+
+
+def _replacing(name: str, artifact: str, files: List[Tuple[str, str]], target_dir: str,
+               installed: Dict[str, str], installing: FrozenSet[str]) -> list:
+    """Critical ``overwrites-other`` for each importable top-level entry of a ``--target``
+    directory (a package, a module) that ``pip install --target --upgrade`` would remove whole
+    because the wheel ships something of that name, while files of another distribution are
+    in it (its RECORD lists them; or none lists it: the environment's). A distribution of the
+    same install is no other (pip moves its files in again); a link pip leaves alone."""
+    from pipguard.gate.findings import CRITICAL, Finding
+
+    entries: Dict[str, str] = {}  # top-level entry -> the member that puts something there
+    for dest, source in files:
+        rel = os.path.relpath(dest, target_dir)
+        if rel != os.pardir and not rel.startswith(os.pardir + os.sep):
+            entries.setdefault(rel.split(os.sep)[0], source)
+    out = []
+    for entry, source in sorted(entries.items()):
+        if import_name(entry + "/x") is None and import_name(entry) is None:
+            continue  # bin/, include/, *.dist-info: pip replaces them too, but no import takes them
+        path = os.path.join(target_dir, entry)
+        if not os.path.lexists(path) or os.path.islink(path):
+            continue
+        owners = {owner for held, owner in installed.items() if held == path or held.startswith(path + os.sep)}
+        others = sorted(owners - installing - {name})
+        if not owners:
+            others = ["the environment (no RECORD lists it)"]
+        if others:
+            out.append(Finding(name, artifact, CRITICAL, "overwrites-other", source, None,
+                               f"{name} would make pip delete {path} (pip install --target --upgrade removes "
+                               f"an existing entry of that name whole before it moves the new one in): "
+                               f"it holds files of {', '.join(others)}", path))
+    return out
 
 
 def _shadowing(name: str, artifact: str, files: List[Tuple[str, str]], dirs: Dict[str, str],

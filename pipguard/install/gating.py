@@ -196,8 +196,10 @@ class WheelGate(ImportProbe):
         if not paths:
             return {}
         layout = None
+        replaces_entries = False
         if isinstance(request.get("target_dir"), str):
             layout = gate.TargetLayout.for_target_dir(request["target_dir"])
+            replaces_entries = request.get("target_upgrade") is True
         else:
             schemes = request.get("schemes") or {}
             scheme = next(iter(schemes.values()), None) if isinstance(schemes, dict) else None
@@ -210,6 +212,7 @@ class WheelGate(ImportProbe):
         out: Dict[str, List[gate.Finding]] = {}
         from packaging.utils import canonicalize_name
 
-        for finding in gate.check_ownership([gate.WheelToInstall(p) for p in paths], layout):
+        for finding in gate.check_ownership([gate.WheelToInstall(p) for p in paths], layout,
+                                            replaces_entries=replaces_entries):
             out.setdefault(canonicalize_name(finding.package), []).append(finding)
         return out

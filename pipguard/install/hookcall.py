@@ -48,9 +48,13 @@ REQUIRES_HOOKS = ("get_requires_for_build_wheel", "get_requires_for_build_sdist"
                   "get_requires_for_build_editable")
 KNOWN_HOOKS = (*OUTPUT_KEY, *REQUIRES_HOOKS, "_supported_features")
 #: variables of a hook call that carry no credentials and the call needs:
-#: pyproject-hooks' backend selection and the build environment pip set up
+#: pyproject-hooks' backend selection, in each spelling the vendored pyproject-hooks of a
+#: supported pip uses (1.0 in pip 23.2: PEP517_*; 1.1-1.2: _PYPROJECT_HOOKS_*; 1.3 in pip 26.3:
+#: the backend path as JSON, without which an in-tree backend (``backend-path``) cannot be
+#: imported), and the build environment pip set up
 HOOK_ENV = ("PEP517_BUILD_BACKEND", "PEP517_BACKEND_PATH", "_PYPROJECT_HOOKS_BUILD_BACKEND",
-            "_PYPROJECT_HOOKS_BACKEND_PATH", "PYTHONPATH", "PYTHONNOUSERSITE", "PYTHONNOUSERBASE")
+            "_PYPROJECT_HOOKS_BACKEND_PATH", "_PYPROJECT_HOOKS_BACKEND_PATH_JSON",
+            "PYTHONPATH", "PYTHONNOUSERSITE", "PYTHONNOUSERBASE")
 
 
 class HookCallRefused(Exception):

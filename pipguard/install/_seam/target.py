@@ -324,6 +324,8 @@ def _patch_install(module, role):
     def run_recording_target(self, options, args):
         # where a --target install ends up (pip installs into a temporary home first)
         _STATE["target_dir"] = getattr(options, "target_dir", None)
+        # with --upgrade pip removes each top-level entry of the target it moves in, whole
+        _STATE["target_upgrade"] = bool(getattr(options, "upgrade", False))
         # where pip keeps the wheels it builds: pipguard evicts those the gate did not pass
         cache_dir = getattr(options, "cache_dir", None)
         _STATE["cache_dir"] = os.path.realpath(cache_dir) if isinstance(cache_dir, str) and cache_dir else None
@@ -350,7 +352,7 @@ def _patch_prepare(module):
     module._get_prepared_distribution = _get_prepared_distribution
 
 
-_STATE = {"target_dir": None, "cache_dir": None}
+_STATE = {"target_dir": None, "target_upgrade": False, "cache_dir": None}
 
 
 def _kept(req):
@@ -458,6 +460,7 @@ def _gated(original, role):
 
         wheels = [_describe(r) for r in requirements]
         answer = ask({"type": "gate", "role": role, "wheels": wheels, "target_dir": _STATE["target_dir"],
+                      "target_upgrade": _STATE["target_upgrade"],
                       "schemes": _scheme(original, (requirements, *args), kwargs,
                                          [w["name"] for w in wheels if w["name"]])})
         decision = answer.get("decision")
