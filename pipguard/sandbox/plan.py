@@ -346,13 +346,16 @@ def make_plan(argv: Sequence[str], policy: Policy, *, cwd: Optional[str] = None,
               proxy_port: Optional[int] = None, facts: Optional[Any] = None) -> Plan:
     """Resolve ``policy`` for running ``argv``. Creates the private run
     directory (temp dir, sandbox HOME, event FIFO); the caller removes it.
-    The steps, in order: the command and its directory, the backend, the
-    roots, the network mode, the environment with the audit hook's
-    configuration, the OS layer (and the namespace's new root), the settings."""
+    The steps, in order: the directory and the command, the network mode, the backend, the
+    run directory, the roots, the environment with the audit hook's configuration, the OS
+    layer (and the namespace's new root), the settings."""
     source_env = dict(os.environ if env is None else env)
+    cwd = os.path.realpath(cwd or os.getcwd())
+    if not os.path.isdir(cwd):
+        raise UsageError(f"working directory {cwd} does not exist")
+    executable = resolve_command(argv, source_env.get("PATH"), cwd)  # a missing command is said first
     homes = home_directories(source_env)
-    cwd = _working_directory(cwd, policy, homes)
-    executable = resolve_command(argv, source_env.get("PATH"), cwd)
+    _refuse_unsafe_cwd(cwd, policy, homes)
 
     network = _network_mode(policy, proxy_port)
     if facts is None:
@@ -412,18 +415,13 @@ def _planned(argv: Sequence[str], policy: Policy, cwd: str, executable: str, sou
     )
 
 
-def _working_directory(cwd: Optional[str], policy: Policy, homes: Sequence[str]) -> str:
-    """The run's working directory, real; refused where making it writable would open
-    system or home directories."""
-    cwd = os.path.realpath(cwd or os.getcwd())
-    if not os.path.isdir(cwd):
-        raise UsageError(f"working directory {cwd} does not exist")
+def _refuse_unsafe_cwd(cwd: str, policy: Policy, homes: Sequence[str]) -> None:
+    """Making the working directory writable must not open system or home directories."""
     if policy.writable_cwd and (cwd in UNSAFE_CWD or any(h == cwd or h.startswith(cwd + "/") for h in homes)):
         raise UsageError(
             f"refusing to make {cwd} writable for the sandbox: it is or contains system or home directories",
             hint="run from the project's own directory",
         )
-    return cwd
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,7 @@ if not sys.path or sys.path[0] != _here:  # (it is: the directory run is sys.pat
     sys.path.insert(0, _here)
 import target  # noqa: E402
 
-# modules named "target" and "credentials" could be anyone's: pip's process keeps ours under
-# names of their own
+# a module named "target" could be anyone's: pip's process keeps ours under a name of its own
+# (target.py loads credentials.py by path, under its own name already)
 sys.modules["_pipguard_seam_target"] = sys.modules.pop("target")
-sys.modules["_pipguard_seam_credentials"] = sys.modules.pop("credentials")
 sys.exit(target.main(sys.argv[1:]))

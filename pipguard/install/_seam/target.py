@@ -57,8 +57,19 @@ import sys
 
 if __package__:  # pipguard's own import: pipguard.install._seam.target
     from .credentials import move_credentials
-else:  # in pip, run from the seam's directory (sys.path[0], see __main__.py)
-    from credentials import move_credentials  # type: ignore[no-redef]
+else:
+    # in pip's process (through __main__.py, or this file run as a script, also under -I/-P):
+    # loaded from beside this file by path, under a name of its own -- never whatever module
+    # called "credentials" is on sys.path or already imported there (its cached bytecode is used)
+    import importlib.util
+
+    _spec = importlib.util.spec_from_file_location(
+        "_pipguard_seam_credentials", os.path.join(os.path.dirname(os.path.abspath(__file__)), "credentials.py"))
+    assert _spec is not None and _spec.loader is not None  # a .py path always has a source loader
+    _credentials = importlib.util.module_from_spec(_spec)
+    sys.modules[_spec.name] = _credentials
+    _spec.loader.exec_module(_credentials)
+    move_credentials = _credentials.move_credentials
 
 SEAM_VARIABLE = "PIPGUARD_SEAM"
 HERE = os.path.abspath(__file__)
