@@ -369,7 +369,7 @@ def markdown(results: Sequence[Result], meta: dict) -> str:
         f"# Ecosystem sweep ({meta['date']}, pipguard {meta['machine'].get('pipguard_tree', '?')})",
         "",
         f"`{meta['command']}`; {meta['machine'].get('nproc')} CPUs, {meta['machine'].get('python')}, "
-        f"{meta['machine'].get('pip')}, isolation {meta['isolation']}, jobs {meta['jobs']}, "
+        f"{meta['machine'].get('pip')}, venvs' pip: {meta.get('pip', 'bundled')}, isolation {meta['isolation']}, jobs {meta['jobs']}, "
         f"wall {meta['wall_s']:.0f} s.",
         "",
         f"**{len(matched)} of {len(results)} rows match plain pip**; {len(pip_fails)} fail under plain "
@@ -405,6 +405,8 @@ def parse_args(argv: Optional[Sequence[str]] = None):
     p.add_argument("--isolation", help="pipguard install --isolation (default: pipguard's, auto)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per install")
     p.add_argument("--python", default=sys.executable, help="interpreter for the venvs")
+    p.add_argument("--pip", metavar="VERSION", help="the pip of the venvs (from the index; default: the "
+                   "one venv bundles, pip 23.2 on Python 3.11): each pip vendors its own pyproject-hooks")
     p.add_argument("--pipguard", help="pipguard command (default: beside this Python, or on PATH)")
     p.add_argument("--workdir", default="/tmp", help="where fresh venvs go (not in a home)")
     p.add_argument("--keep-work", action="store_true", help="keep every venv and log")
@@ -433,6 +435,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     started = time.time()
     try:
         sweep.bench.make_template()
+        if args.pip:
+            template_python = os.path.join(sweep.bench.template, "bin", "python")
+            subprocess.run([template_python, "-m", "pip", "install", "-q", f"pip=={args.pip}"], check=True,
+                           env=clean_env())
         log(f"ecosystem: {len(rows)} rows, jobs {args.jobs}, work dir {sweep.bench.root}")
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             results = list(pool.map(sweep.row, rows))
@@ -441,6 +447,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             shutil.rmtree(sweep.bench.root, ignore_errors=True)
     meta = {"schema": "pipguard.ecosystem/1", "date": time.strftime("%Y-%m-%d %H:%M"),
             "isolation": args.isolation or "pipguard's default (auto)",
+            "pip": args.pip or "the venv's bundled pip",
             "command": " ".join(["benchmarks/ecosystem.py", *(argv if argv is not None else sys.argv[1:])]),
             "jobs": args.jobs, "wall_s": time.time() - started,
             "machine": {**machine_facts(args.python, pipguard),
@@ -450,7 +457,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(text)
     os.makedirs(args.out, exist_ok=True)
     stem = os.path.join(args.out, f"ecosystem-{time.strftime('%Y-%m-%d')}-{git_state().split()[0]}"
-                        + (f"-{args.isolation}" if args.isolation else ""))
+                        + (f"-{args.isolation}" if args.isolation else "") + (f"-pip{args.pip}" if args.pip else ""))
     with open(stem + ".md", "w") as fh:
         fh.write(text)
     with open(stem + ".json", "w") as fh:
