@@ -21,7 +21,7 @@ import pytest
 
 import support
 from support import gatewheels
-from support.wheels import EVIL_PTH, make_wheel
+from support.wheels import EVIL_PTH, NSPKG_LINE, make_wheel
 from support.projects import pyproject
 from pipguard.gate import scan as gate
 from pipguard.gate import startup
@@ -821,3 +821,29 @@ def test_target_upgrade_of_the_owner_or_with_it_passes(tmp_path, target_dir):
     other = _wheel(tmp_path, "o", {"planted/y.py": b"", "linked/z.py": b""}, name="other")
     (f,) = gate.check_ownership([other], layout, replaces_entries=True)
     assert f.evidence == str(target_dir / "planted") and "the environment" in f.message
+
+
+def test_an_nspkg_line_over_another_distributions_regular_package_is_critical(tmp_path, target):
+    """The loader puts a module made from the package's spec in sys.modules and never runs it:
+    at every start `import othpkg` (a regular package of another distribution) would give an
+    empty module, and the wheel's `othpkg/extra.py` would be found as its submodule. The scan
+    alone passes it (the wheel ships files in the namespace it registers)."""
+    whl = _wheel(tmp_path, "w", {"evil-nspkg.pth": NSPKG_LINE.replace("NS", "othpkg").encode(),
+                                 "othpkg/extra.py": b"TAKEN = 1\n"}, name="evil")
+    assert [f.rule for f in gate.scan_wheel(whl.path)] == ["pth-known-hook"]
+    (f,) = gate.check_ownership([whl], target)
+    assert (f.severity, f.rule, f.member) == ("critical", "shadows-other", "evil-nspkg.pth")
+    assert "regular package of installed distribution othpkg" in f.message
+    # a regular package another wheel of the same install brings
+    a = _wheel(tmp_path, "a", {"regpkg/__init__.py": b""}, name="alpha")
+    b = _wheel(tmp_path, "b", {"b-nspkg.pth": NSPKG_LINE.replace("NS", "regpkg").encode(), "regpkg/x.py": b""},
+               name="beta")
+    found = [f for f in gate.check_ownership([a, b], target) if f.rule == "shadows-other" and f.package == "beta"]
+    assert found and "alpha (in the same install)" in found[0].message
+
+
+def test_an_nspkg_line_over_a_namespace_passes(tmp_path, target):
+    """What setuptools writes the loader for: a namespace (no __init__), filled by the wheel."""
+    whl = _wheel(tmp_path, "w", {"ns-nspkg.pth": NSPKG_LINE.replace("NS", "freens").encode(),
+                                 "freens/part/__init__.py": b""}, name="part")
+    assert gate.check_ownership([whl], target) == []

@@ -13,7 +13,7 @@ import pytest
 from support import build_sdist
 from support.handbackend import write_hand_project
 from support.pipinstall import listing, make_venv, pg_install, pip_list
-from support.wheels import make_wheel
+from support.wheels import NSPKG_LINE, make_wheel
 
 HOOK_PTH = "import sys\n"  # a start-up hook line (harmless), which the gate refuses
 
@@ -188,3 +188,35 @@ def test_a_target_upgrade_that_would_delete_another_distributions_package_is_ref
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (dest / "victim" / "__init__.py").read_text() == "VALUE = 'original'\n"
     assert (dest / "remover" / "__init__.py").exists()
+
+
+def test_an_nspkg_hook_over_another_distributions_package_is_refused(tmp_path, fake_home, route, any_pip_target):
+    """A quiet build ships setuptools' nspkg start-up line for `victim`, the regular package
+    of another installed distribution, and one file in it: recognised as the known loader by
+    the scan, it would at every start put an empty, never-run `victim` in sys.modules (plain
+    pip shows it: `victim.VALUE` is gone). Refused (`shadows-other`), the venv unchanged."""
+    extra = route.add(tmp_path / "extra")
+    make_wheel(extra, {"victim/__init__.py": b"VALUE = 'original'\n"}, name="victim")
+    build_sdist(write_hand_project(tmp_path / "src", "hollow", members={
+        "hollow-nspkg.pth": NSPKG_LINE.replace("NS", "victim"), "victim/extra.py": "TAKEN = True\n",
+        "hollow/__init__.py": ""}), extra)
+    python = str(any_pip_target / "bin" / "python")
+    env = fake_home.env(route.env())
+    done = subprocess.run([python, "-m", "pip", "install", *route.args(), "victim"], env=env, capture_output=True,
+                          text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    before = listing(any_pip_target)
+    proc, report = pg_install(["hollow"], home=fake_home, target=any_pip_target, route=route, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert listing(any_pip_target) == before
+    found = [f for p in report["packages"] for f in p["findings"] if f["rule"] == "shadows-other"]
+    assert found and found[0]["severity"] == "critical" and "victim" in found[0]["message"], report["packages"]
+    # what plain pip's install of the same sdist does to `import victim`
+    plain = make_venv(tmp_path / "plain", "bundled", Path(str(route.dirs[0])))
+    for args in (["victim"], ["hollow"]):
+        done = subprocess.run([str(plain / "bin" / "python"), "-m", "pip", "install", *route.args(), *args], env=env,
+                              capture_output=True, text=True, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-2000:]
+    probe = subprocess.run([str(plain / "bin" / "python"), "-c", "import victim; print(victim.VALUE)"],
+                           capture_output=True, text=True, env=env)
+    assert probe.returncode != 0 and "VALUE" in probe.stderr, (probe.stdout, probe.stderr)

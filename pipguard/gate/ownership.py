@@ -200,8 +200,9 @@ def _roots_present(dirs: Dict[str, str], installed: Dict[str, str]) -> Dict[str,
     return out
 
 
-def _wheel_files(path: str, dirs: Dict[str, str]) -> Tuple[str, List[Tuple[str, str]]]:
-    """The wheel's project and ``[(destination, what puts it there)]``."""
+def _wheel_files(path: str, dirs: Dict[str, str]) -> Tuple[str, List[Tuple[str, str]], List[Tuple[str, str]]]:
+    """The wheel's project, ``[(destination, what puts it there)]`` and the namespaces its
+    site-level ``.pth`` files register with setuptools' nspkg loader ``[(member, namespace)]``."""
     try:
         zf = zipfile.ZipFile(path)
     except (OSError, zipfile.BadZipFile) as exc:
@@ -222,10 +223,14 @@ def _wheel_files(path: str, dirs: Dict[str, str]) -> Tuple[str, List[Tuple[str, 
         purelib = (wheel_meta.get("Root-Is-Purelib", "true") if wheel_meta else "true").strip().lower() == "true"
         root = dirs["purelib"] if purelib else dirs["platlib"]
         out: List[Tuple[str, str]] = []
+        namespaces: List[Tuple[str, str]] = []
         for member in names:
             placed = place(member)
             if placed is None or placed.error is not None:
                 continue  # a directory; or a member pip refuses (the gate reports it)
+            site_path = placed.site_path
+            if site_path is not None and "/" not in site_path and site_path.lower().endswith(".pth"):
+                namespaces += [(member, ns) for ns in _nspkg_namespaces(zf.read(member)[:1 << 20])]
             if placed.scheme == ROOT:
                 out.append((_norm(root, placed.path), member))
             else:
@@ -238,7 +243,20 @@ def _wheel_files(path: str, dirs: Dict[str, str]) -> Tuple[str, List[Tuple[str, 
             for entry in script_entries(zf.read(ep).decode("utf-8", "replace")):  # as each pip reads it
                 for written in script_names(entry.name, entry.value):  # what each supported pip writes
                     out.append((_norm(dirs["scripts"], written), f"[{entry.section}] {entry.name} ({ep})"))
-    return name, out
+    return name, out, namespaces
+
+
+def _nspkg_namespaces(data: bytes) -> List[str]:
+    """The namespaces a ``.pth`` file's setuptools nspkg lines register (:mod:`pthshapes`)."""
+    from pipguard.gate import pthshapes
+
+    found = []
+    for line in data.decode("utf-8", "replace").splitlines():
+        if line.startswith(("import ", "import\t")):
+            shape = pthshapes.match_line(line)
+            if shape is not None and shape.shape.key == "nspkg":
+                found.append(str(shape.details["namespace"]))
+    return found
 
 
 def check_ownership(wheels: Sequence[WheelToInstall], target: TargetLayout, *,
@@ -264,9 +282,11 @@ def check_ownership(wheels: Sequence[WheelToInstall], target: TargetLayout, *,
     claimed: Dict[str, Tuple[str, str]] = {}  # destination -> (project, wheel file name)
     findings: List[Finding] = []
     parsed = [(os.path.basename(wheel.path), *_wheel_files(wheel.path, dirs)) for wheel in wheels]
-    installing = frozenset(name for _, name, _ in parsed)  # what pip moves in again, whatever it removed
-    for artifact, name, files in parsed:
+    installing = frozenset(name for _, name, _, _ in parsed)  # what pip moves in again, whatever it removed
+    everyone = {dest: name for _, name, files, _ in parsed for dest, _ in files}
+    for artifact, name, files, namespaces in parsed:
         findings += _shadowing(name, artifact, files, dirs, present)
+        findings += _nspkg_takeovers(name, artifact, namespaces, dirs, installed, everyone)
         if replaces_entries:
             findings += _replacing(name, artifact, files, dirs["purelib"], installed, installing)
         for dest, source in files:
@@ -285,6 +305,65 @@ def check_ownership(wheels: Sequence[WheelToInstall], target: TargetLayout, *,
                     name, artifact, CRITICAL, "overwrites-other", source, None,
                     f"{name} would overwrite {dest}, owned by {other}", dest))
     return findings
+
+
+#: what makes a directory a regular package (not a namespace) for Python's path finder
+_INIT_SUFFIXES = (".py", ".pyc", ".pyw")
+
+
+def _regular_module(site: str, namespace: str, files: Dict[str, str]) -> Optional[str]:
+    """The path of a regular package or module named ``namespace`` below ``site`` (its
+    ``__init__`` or the module file), on disk or among ``files`` (an install's destinations),
+    else None."""
+    parts = namespace.split(".")
+    parent = os.path.join(site, *parts[:-1])
+    leaf = parts[-1]
+    for suffix in _INIT_SUFFIXES:
+        candidate = os.path.join(parent, leaf, "__init__" + suffix)
+        if candidate in files or os.path.isfile(candidate):
+            return candidate
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        names = []
+    names += [os.path.basename(d) for d in files if os.path.dirname(d) == parent]
+    for entry in sorted(set(names)):
+        full = os.path.join(parent, entry)
+        if import_name(entry) == leaf and not os.path.isdir(full):
+            return full
+    return None
+
+
+def _nspkg_takeovers(name: str, artifact: str, namespaces: List[Tuple[str, str]], dirs: Dict[str, str],
+                     installed: Dict[str, str], everyone: Dict[str, str]) -> list:
+    """Critical ``shadows-other`` for each namespace a wheel's nspkg ``.pth`` line registers
+    that is another distribution's *regular* package or module: at every start the line puts
+    in ``sys.modules`` a module made from that package's spec and never runs it, so
+    ``import NAME`` gives an empty module and the package's own code never runs, while the
+    line adds the wheel's directory to its ``__path__`` (its submodules take the package's
+    names). setuptools writes the line only for namespaces, which have no ``__init__``."""
+    from pipguard.gate.findings import CRITICAL, Finding
+
+    out = []
+    for member, namespace in namespaces:
+        for site in dict.fromkeys((dirs["purelib"], dirs["platlib"])):
+            regular = _regular_module(site, namespace, everyone)
+            if regular is None:
+                continue
+            if regular in everyone:
+                owner, who = everyone[regular], f"{everyone[regular]} (in the same install)"
+            elif regular in installed:
+                owner, who = installed[regular], f"installed distribution {installed[regular]}"
+            else:
+                owner, who = "", "the environment (no RECORD lists it)"
+            if owner == name:
+                continue  # its own: not a namespace it takes from anyone
+            out.append(Finding(name, artifact, CRITICAL, "shadows-other", member, None,
+                               f"{name}'s nspkg start-up hook registers {namespace!r} at every interpreter start, "
+                               f"but {namespace} is a regular package of {who} ({regular}): its code would never "
+                               f"run and `import {namespace}` would give an empty module", regular))
+            break
+    return out
 
 
 def _replacing(name: str, artifact: str, files: List[Tuple[str, str]], target_dir: str,

@@ -48,3 +48,12 @@ def make_wheel(directory: Path, files: Dict[str, bytes], name: str = "demo", ver
         if record:
             zf.writestr(f"{info}/RECORD", "\n".join(rows) + "\n")
     return path
+
+
+#: setuptools' nspkg loader line, as protobuf 3.20.3's wheel ships it (for the namespace NS)
+NSPKG_LINE = ("import sys, types, os;has_mfs = sys.version_info > (3, 5);p = os.path.join(sys._getframe(1)"
+              ".f_locals['sitedir'], *('NS',));importlib = has_mfs and __import__('importlib.util');has_mfs and "
+              "__import__('importlib.machinery');m = has_mfs and sys.modules.setdefault('NS', importlib.util."
+              "module_from_spec(importlib.machinery.PathFinder.find_spec('NS', [os.path.dirname(p)])));m = m or "
+              "sys.modules.setdefault('NS', types.ModuleType('NS'));mp = (m or []) and m.__dict__.setdefault("
+              "'__path__',[]);(p not in mp) and mp.append(p)\n")
