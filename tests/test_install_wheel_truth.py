@@ -23,6 +23,28 @@ def _cached_wheels(home, name):
     return sorted(p for p in cache.rglob("*.whl") if p.name.startswith(name)) if cache.exists() else []
 
 
+def _plain_pip(python, route, env, cwd, *args) -> None:
+    """The same install through plain pip: what happens without pipguard."""
+    done = subprocess.run([str(python), "-m", "pip", "install", *route.args(), *args], env=env,
+                          capture_output=True, text=True, cwd=cwd)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def _refused_unchanged(args, *, watched, **install) -> dict:
+    """``pipguard install ARGS`` refused (exit 1), ``watched`` (a venv, a --target directory)
+    byte for byte as it was; the report."""
+    before = listing(watched)
+    proc, report = pg_install(args, **install)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert listing(watched) == before
+    assert report is not None, proc.stderr[-3000:]
+    return report
+
+
+def _findings(report, rule):
+    return [f for p in report["packages"] for f in p["findings"] if f["rule"] == rule]
+
+
 def _refusals(report, rule):
     return [r for r in report["refusals"] if any(s.startswith(rule) or f"{rule}:" in s or f"({rule})" in s
                                                   for s in r["seen"])]
@@ -38,14 +60,10 @@ def test_a_member_spelled_to_skip_the_gate_is_refused(form, tmp_path, fake_home,
         make_wheel(extra, {k: v.encode() for k, v in members.items()}, name="handpkg")
     else:
         build_sdist(write_hand_project(tmp_path / "src", "handpkg", members=members), extra)
-    before = listing(target)
-    proc, report = pg_install(["handpkg"], home=fake_home, target=target, route=route, cwd=tmp_path)
-    assert proc.returncode == 1, proc.stderr[-3000:]
-    assert listing(target) == before
+    report = _refused_unchanged(["handpkg"], watched=target, home=fake_home, target=target, route=route, cwd=tmp_path)
     assert not list(target.glob("lib/python*/site-packages/hand_hook.pth"))
-    assert report is not None, proc.stderr[-3000:]
     assert _refusals(report, "pth-exec"), report["refusals"]
-    assert not _cached_wheels(fake_home, "handpkg"), proc.stderr[-3000:]
+    assert not _cached_wheels(fake_home, "handpkg")
 
 
 @pytest.mark.parametrize("built_requires", [["extradep"], ["leak @ http://127.0.0.1:{port}/data"]],
@@ -59,19 +77,14 @@ def test_a_wheel_unlike_its_prepared_metadata_is_refused(built_requires, tmp_pat
     requires = [r.format(port=loopback_tcp.port) for r in built_requires]
     build_sdist(write_hand_project(tmp_path / "src", "handmeta", members={"handmeta/__init__.py": ""},
                                    built_requires=requires), extra)
-    before = listing(target)
-    proc, report = pg_install(["handmeta"], home=fake_home, target=target, route=route, cwd=tmp_path)
-    assert proc.returncode == 1, proc.stderr[-3000:]
-    assert listing(target) == before
+    report = _refused_unchanged(["handmeta"], watched=target, home=fake_home, target=target, route=route, cwd=tmp_path)
     assert any(r["kind"] == "output" and any("metadata-mismatch" in s for s in r["seen"])
                for r in report["refusals"]), report["refusals"]
     assert not _cached_wheels(fake_home, "handmeta")
     assert not loopback_tcp.received
     # plain pip, same arguments: installs the wheel whose metadata it never resolved
     env = fake_home.env(route.env())
-    plain = subprocess.run([str(target / "bin" / "python"), "-m", "pip", "install", *route.args(), "handmeta"],
-                           env=env, capture_output=True, text=True, cwd=tmp_path)
-    assert plain.returncode == 0, plain.stderr[-2000:]
+    _plain_pip(target / "bin" / "python", route, env, tmp_path, "handmeta")
     assert "handmeta" in pip_list(target)
 
 
@@ -97,16 +110,11 @@ def test_a_url_in_a_cached_wheel_is_refused(tmp_path, fake_home, links, wheelhou
                                    built_requires=requires), extra)
     first = make_venv(tmp_path / "first", "bundled", wheelhouse)
     env = fake_home.env()
-    plain = subprocess.run([str(first / "bin" / "python"), "-m", "pip", "install", *links.args(), "handcache"],
-                           env=env, capture_output=True, text=True, cwd=tmp_path)
-    assert plain.returncode == 0, plain.stderr[-2000:]
+    _plain_pip(first / "bin" / "python", links, env, tmp_path, "handcache")
     assert _cached_wheels(fake_home, "handcache"), "plain pip did not cache its build"
     target = make_venv(tmp_path / "target", "bundled", wheelhouse)
-    before = listing(target)
-    proc, report = pg_install(["handcache"], home=fake_home, target=target, route=links, cwd=tmp_path)
-    assert proc.returncode == 1, proc.stderr[-3000:]
-    assert listing(target) == before
-    found = [f for p in report["packages"] for f in p["findings"] if f["rule"] == "direct-reference"]
+    report = _refused_unchanged(["handcache"], watched=target, home=fake_home, target=target, route=links, cwd=tmp_path)
+    found = _findings(report, "direct-reference")
     assert found and found[0]["severity"] == "high" and "cache" in found[0]["message"], report["packages"]
 
 
@@ -117,19 +125,14 @@ def test_a_package_beside_another_distributions_module_is_refused(form, tmp_path
     extra = route.add(tmp_path / "extra")
     make_wheel(extra, {"othmod.py": b"VALUE = 'original'\n"}, name="othmod")
     env = fake_home.env(route.env())
-    plain = subprocess.run([str(target / "bin" / "python"), "-m", "pip", "install", *route.args(), "othmod"],
-                           env=env, capture_output=True, text=True, cwd=tmp_path)
-    assert plain.returncode == 0, plain.stderr[-2000:]
+    _plain_pip(target / "bin" / "python", route, env, tmp_path, "othmod")
     members = {"othmod/__init__.py": "VALUE = 'taken over'\n", "takeover/__init__.py": ""}
     if form == "downloaded":
         make_wheel(extra, {k: v.encode() for k, v in members.items()}, name="takeover")
     else:
         build_sdist(write_hand_project(tmp_path / "src", "takeover", members=members), extra)
-    before = listing(target)
-    proc, report = pg_install(["takeover"], home=fake_home, target=target, route=route, cwd=tmp_path)
-    assert proc.returncode == 1, proc.stderr[-3000:]
-    assert listing(target) == before
-    found = [f for p in report["packages"] for f in p["findings"] if f["rule"] == "shadows-other"]
+    report = _refused_unchanged(["takeover"], watched=target, home=fake_home, target=target, route=route, cwd=tmp_path)
+    found = _findings(report, "shadows-other")
     assert found and found[0]["severity"] == "critical", report["packages"]
 
 
@@ -163,24 +166,16 @@ def test_a_target_upgrade_that_would_delete_another_distributions_package_is_ref
     make_wheel(extra, {"victim/__init__.py": b"VALUE = 'original'\n"}, name="victim")
     build_sdist(write_hand_project(tmp_path / "src", "remover", members={
         "remover/__init__.py": "", "victim/api.py": "TAKEN = True\n"}), extra)
-    pip = [str(any_pip_target / "bin" / "python"), "-m", "pip", "install", *route.args()]
-    env = fake_home.env(route.env())
+    python, env = any_pip_target / "bin" / "python", fake_home.env(route.env())
     dest, plain = tmp_path / "dest", tmp_path / "plain"
     for directory in (dest, plain):
-        done = subprocess.run([*pip, "--target", str(directory), "victim"], env=env, capture_output=True,
-                              text=True, cwd=tmp_path)
-        assert done.returncode == 0, done.stderr[-2000:]
-    before = listing(dest)
-    proc, report = pg_install(["--target", str(dest), "--upgrade", "remover"], home=fake_home,
-                              target=any_pip_target, route=route, cwd=tmp_path)
-    assert proc.returncode == 1, proc.stderr[-3000:]
-    assert listing(dest) == before
-    found = [f for p in report["packages"] for f in p["findings"] if f["rule"] == "overwrites-other"]
+        _plain_pip(python, route, env, tmp_path, "--target", str(directory), "victim")
+    report = _refused_unchanged(["--target", str(dest), "--upgrade", "remover"], watched=dest, home=fake_home,
+                                target=any_pip_target, route=route, cwd=tmp_path)
+    found = _findings(report, "overwrites-other")
     assert found and found[0]["severity"] == "critical" and "victim" in found[0]["message"], report["packages"]
     # what plain pip does with the same wheel: victim's package is gone
-    done = subprocess.run([*pip, "--target", str(plain), "--upgrade", "remover"], env=env,
-                          capture_output=True, text=True, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-2000:]
+    _plain_pip(python, route, env, tmp_path, "--target", str(plain), "--upgrade", "remover")
     assert not (plain / "victim" / "__init__.py").exists() and (plain / "victim" / "api.py").exists()
     # without --upgrade pip keeps victim/ (it warns) and the install goes ahead
     proc, report = pg_install(["--target", str(dest), "remover"], home=fake_home, target=any_pip_target,
@@ -200,23 +195,15 @@ def test_an_nspkg_hook_over_another_distributions_package_is_refused(tmp_path, f
     build_sdist(write_hand_project(tmp_path / "src", "hollow", members={
         "hollow-nspkg.pth": NSPKG_LINE.replace("NS", "victim"), "victim/extra.py": "TAKEN = True\n",
         "hollow/__init__.py": ""}), extra)
-    python = str(any_pip_target / "bin" / "python")
     env = fake_home.env(route.env())
-    done = subprocess.run([python, "-m", "pip", "install", *route.args(), "victim"], env=env, capture_output=True,
-                          text=True, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-2000:]
-    before = listing(any_pip_target)
-    proc, report = pg_install(["hollow"], home=fake_home, target=any_pip_target, route=route, cwd=tmp_path)
-    assert proc.returncode == 1, proc.stderr[-3000:]
-    assert listing(any_pip_target) == before
-    found = [f for p in report["packages"] for f in p["findings"] if f["rule"] == "shadows-other"]
+    _plain_pip(any_pip_target / "bin" / "python", route, env, tmp_path, "victim")
+    report = _refused_unchanged(["hollow"], watched=any_pip_target, home=fake_home, target=any_pip_target, route=route, cwd=tmp_path)
+    found = _findings(report, "shadows-other")
     assert found and found[0]["severity"] == "critical" and "victim" in found[0]["message"], report["packages"]
     # what plain pip's install of the same sdist does to `import victim`
     plain = make_venv(tmp_path / "plain", "bundled", Path(str(route.dirs[0])))
-    for args in (["victim"], ["hollow"]):
-        done = subprocess.run([str(plain / "bin" / "python"), "-m", "pip", "install", *route.args(), *args], env=env,
-                              capture_output=True, text=True, cwd=tmp_path)
-        assert done.returncode == 0, done.stderr[-2000:]
+    for name in ("victim", "hollow"):
+        _plain_pip(plain / "bin" / "python", route, env, tmp_path, name)
     probe = subprocess.run([str(plain / "bin" / "python"), "-c", "import victim; print(victim.VALUE)"],
                            capture_output=True, text=True, env=env)
     assert probe.returncode != 0 and "VALUE" in probe.stderr, (probe.stdout, probe.stderr)
