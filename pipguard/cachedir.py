@@ -35,3 +35,21 @@ def private_dir(*parts: str) -> str:
             raise CacheDirError(f"pipguard's cache {level} is not a private directory of this user",
                                 hint="remove it, or set PIPGUARD_CACHE_DIR")
     return os.path.join(path, *parts)
+
+
+def write_json(path: str, data: object) -> None:
+    """``data`` as JSON at ``path`` (in a private directory), whole or not at all: written
+    beside it and renamed, so that a concurrent reader never sees half an entry. An entry that
+    cannot be written is simply not kept (a cache)."""
+    import json
+
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(data, fh)
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass

@@ -130,6 +130,26 @@ def test_a_url_the_project_declares_is_installed_as_pip_would(tmp_path, fake_hom
     assert {p["name"] for p in report["packages"]} >= {"urlok", "urldep"}, report["packages"]
 
 
+def test_a_declared_url_in_a_wheel_pipguard_built_before_passes_from_pips_cache(tmp_path, fake_home, route,
+                                                                               any_pip_target, wheelhouse):
+    """A project on a private index declaring a dependency by URL: the first install builds it
+    in a sandbox, and pip keeps the wheel in its cache; the second install (another venv, the
+    same cache) takes it from there without a build. That cached wheel was judged as built by
+    a run pipguard cannot vouch for, and every second install was refused; pipguard now
+    remembers what it built and passed. (A wheel plain pip built into the cache stays refused:
+    test_install_wheel_truth.py.)"""
+    extra = route.add(tmp_path / "extra")
+    dep = write_flit_project(tmp_path / "d", "urldep")
+    build_sdist(_url_project(tmp_path / "p", "urlcached", dep.as_uri()), extra)
+    for venv in (any_pip_target, make_venv(tmp_path / "second", "bundled", wheelhouse)):
+        proc, report = pg_install(["urlcached"], home=fake_home, target=venv, route=route, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert pip_list(venv).get("urlcached") == "1.0", report["packages"]
+    (pkg,) = [p for p in report["packages"] if p["name"] == "urlcached"]
+    assert not pkg["from_sdist"], pkg  # the second came from pip's wheel cache
+    assert not [f for f in pkg["findings"] if f["rule"] == "direct-reference"], pkg["findings"]
+
+
 URL_SWAP = """
 import os
 # the quiet form: leave the dependency declared, but swap its URL for one carrying data, before

@@ -27,7 +27,7 @@ import shutil
 from typing import List, Optional, Tuple
 
 from pipguard.gate import scan as gate
-from pipguard.cachedir import CacheDirError, private_dir
+from pipguard.cachedir import CacheDirError, private_dir, write_json
 
 _SCHEMA = "1"
 _code_key: Optional[str] = None
@@ -101,23 +101,15 @@ def _read(entry: str) -> Optional[Tuple[gate.Finding, ...]]:
 
 
 def _write(entry: str, findings: Tuple[gate.Finding, ...]) -> None:
-    _bound(os.path.dirname(entry))
-    tmp = f"{entry}.{os.getpid()}.tmp"
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump({"findings": [f.to_dict() for f in findings]}, fh)
-        os.replace(tmp, entry)
-    except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+    bound(os.path.dirname(entry))
+    write_json(entry, {"findings": [f.to_dict() for f in findings]})
 
 
-def _bound(directory: str) -> None:
+def bound(directory: str, limit: int = MAX_ENTRIES) -> None:
+    """At most ``limit`` entries in ``directory``: beyond it the oldest half goes."""
     try:
         names = os.listdir(directory)
-        if len(names) < MAX_ENTRIES:
+        if len(names) < limit:
             return
         paths = sorted((os.path.join(directory, n) for n in names), key=os.path.getmtime)
         for path in paths[:len(paths) // 2]:

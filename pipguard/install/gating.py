@@ -99,7 +99,7 @@ class WheelGate(ImportProbe):
                 self.error = f"{name}: the wheel cannot be read: {exc}"
                 return {"decision": "refuse", "message": "pipguard: " + self.error}
             findings += tuple(owned.get(name, ()))
-            findings += self._url_findings(name, path, wheel, calls)
+            findings += self._url_findings(name, path, digest, wheel, calls)
             # what its hook calls left that is only reported (files created in the user's project)
             findings += tuple(f for r in calls for f in _problem_findings(r))
             origin = Origin.from_json(wheel.get("origin")) or self.origins.get(name)
@@ -142,16 +142,25 @@ class WheelGate(ImportProbe):
             if self._probe([w["path"] for w in wheels]):
                 return {"decision": "refuse", "message": f"pipguard: refused: {self.refusal}"}
         self.passed.update(_fingerprint(w["path"]) for w in wheels if isinstance(w, dict))
+        from pipguard.install import builtwheels
+
+        for digest, urls in self.declared_urls.items():  # pip holds them in its cache now
+            builtwheels.remember(digest, urls)
+        self.declared_urls.clear()
         if self.options.sandbox_only:
             return {"decision": "stop"}
         return {"decision": "install"}
 
-    def _url_findings(self, name: str, path: str, wheel: dict, calls: list) -> Tuple["gate.Finding", ...]:
+    def _url_findings(self, name: str, path: str, digest: str, wheel: dict,
+                      calls: list) -> Tuple["gate.Finding", ...]:
         """Requirements by URL in a wheel's own METADATA, which pip fetches unsandboxed (the
         next run, from its cache, for a wheel pip already holds). A wheel built in this run may
         name only the URLs its project declared (:func:`pipguard.install.hookcall.declared_url_requirements`);
-        one from pip's wheel cache was built by a run pipguard cannot vouch for (high); one
-        downloaded is what its author published, fetched as plain pip would (medium: reported)."""
+        one from pip's wheel cache was built by a run pipguard cannot vouch for (high), unless
+        pipguard built it and passed it (:mod:`pipguard.install.builtwheels`: judged as then);
+        one downloaded is what its author published, fetched as plain pip would (medium:
+        reported)."""
+        from pipguard.install import builtwheels
         from pipguard.gate import scan as gate
         from pipguard.gate.coremeta import direct_references, wheel_metadata
 
@@ -168,12 +177,18 @@ class WheelGate(ImportProbe):
             if source.name == name:
                 declared |= set(source.declared_urls)
         cached = bool(wheel.get("cached"))
+        if cached:
+            ours = builtwheels.declared(digest)
+            if ours is not None:  # built and passed by pipguard: its project's declarations as then
+                cached, built_here, declared = False, True, declared | ours
         out = []
         if metadata.unread:  # what pip would fetch cannot be told: refused, never skipped
             out.append(gate.Finding(name, os.path.basename(path), gate.HIGH, "direct-reference", "METADATA",
                                     None, f"{metadata.unread}: requirements by URL cannot be ruled out", ""))
         for dep, url in direct_references(metadata.requires_dist):
             if (dep, url) in declared and not cached:
+                if built_here:
+                    self.declared_urls.setdefault(digest, set()).add((dep, url))
                 continue
             if built_here or cached:
                 severity, how = gate.HIGH, ("from pip's wheel cache, built by an earlier run" if cached

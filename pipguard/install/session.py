@@ -126,6 +126,9 @@ class InstallSession:
         #: in pip's cache; pip's cache directories, as the seam reported them
         self.built_wheels: List[Tuple[str, int, int]] = []
         self.passed: Set[Tuple[str, int, int]] = set()
+        #: sha256 of a wheel built here -> the declared requirements by URL it names (remembered
+        #: once the gate passed it: pipguard.install.builtwheels)
+        self.declared_urls: Dict[str, Set[Tuple[str, str]]] = {}
         self.cache_dirs: Set[str] = set()
         self.prepare_result = prepare_result
         self._closing_done = False  # _ahead's last step, once
