@@ -105,11 +105,12 @@ def _write(entry: str, findings: Tuple[gate.Finding, ...]) -> None:
     write_json(entry, {"findings": [f.to_dict() for f in findings]})
 
 
-def bound(directory: str, limit: int = MAX_ENTRIES) -> None:
-    """At most ``limit`` entries in ``directory``: beyond it the oldest half goes."""
+def bound(directory: str, limit: Optional[int] = None) -> None:
+    """At most ``limit`` (default :data:`MAX_ENTRIES`) entries in ``directory``: beyond it the
+    oldest half goes."""
     try:
         names = os.listdir(directory)
-        if len(names) < limit:
+        if len(names) < (MAX_ENTRIES if limit is None else limit):
             return
         paths = sorted((os.path.join(directory, n) for n in names), key=os.path.getmtime)
         for path in paths[:len(paths) // 2]:
