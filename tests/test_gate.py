@@ -7,6 +7,7 @@ to ``DIR/gate``; ``PIPGUARD_OFFLINE=1`` never downloads). Without them the tests
 """
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -773,19 +774,23 @@ def test_target_dir_layout(tmp_path):
     assert layout.scripts == str(tmp_path / "t" / "bin") and gate.check_ownership([whl], layout) == []
 
 
+def _pip_target(directory: Path, *wheels: Path, upgrade: bool = False) -> None:
+    """``pip install --target DIRECTORY WHEEL...`` with the real pip."""
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target",
+                           str(directory), *(["--upgrade"] if upgrade else []), *map(str, wheels)],
+                          env=support.clean_env(directory.parent / "home"),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+    assert proc.returncode == 0, proc.stdout
+
+
 @pytest.fixture
 def target_dir(tmp_path):
     """A ``pip install --target`` directory holding ``victim`` (installed there by the real pip)."""
     wheels = tmp_path / "victim-wheel"
     wheels.mkdir()
-    victim = make_wheel(wheels, {"victim/__init__.py": b"VALUE = 'original'\n"}, name="victim")
-    directory = tmp_path / "dest"
-    proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target",
-                           str(directory), str(victim)], env=support.clean_env(tmp_path / "home"),
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
-    assert proc.returncode == 0, proc.stdout
-    assert (directory / "victim" / "__init__.py").is_file()
-    return directory
+    _pip_target(tmp_path / "dest", make_wheel(wheels, {"victim/__init__.py": b"VALUE = 'original'\n"}, name="victim"))
+    assert (tmp_path / "dest" / "victim" / "__init__.py").is_file()
+    return tmp_path / "dest"
 
 
 def test_target_upgrade_deleting_another_distributions_package_is_critical(tmp_path, target_dir):
@@ -847,3 +852,112 @@ def test_an_nspkg_line_over_a_namespace_passes(tmp_path, target):
     whl = _wheel(tmp_path, "w", {"ns-nspkg.pth": NSPKG_LINE.replace("NS", "freens").encode(),
                                  "freens/part/__init__.py": b""}, name="part")
     assert gate.check_ownership([whl], target) == []
+
+
+def test_target_upgrade_where_the_data_scheme_replaces_what_pip_moved_in_first_is_critical(tmp_path, target_dir):
+    """pip moves the home's lib/python entries into the --target directory first, then the home's
+    own (the data scheme's): an attacker's `.data/data/victim/` replaces the victim package pip
+    has just moved in, even when the victim's own wheel is in the same install."""
+    layout = gate.TargetLayout.for_target_dir(str(target_dir))
+    up = _wheel(tmp_path, "up", {"victim/__init__.py": b"VALUE = 2\n"}, name="victim", version="2.0")
+    attk = _wheel(tmp_path, "a", {"attk.data/data/victim/__init__.pyc": b"taken", "attk/__init__.py": b""},
+                  name="attk")
+    found = [f for f in gate.check_ownership([up, attk], layout, replaces_entries=True) if f.package == "attk"]
+    assert found and found[0].rule == "overwrites-other" and "victim" in found[0].message, found
+
+
+@pytest.fixture
+def target_dir_with_libs(tmp_path, target_dir):
+    """``target_dir`` whose victim also has an auditwheel-style ``victim.libs/``."""
+    libs = tmp_path / "libs-wheel"
+    libs.mkdir()
+    _pip_target(target_dir, make_wheel(libs, {"victim/_x.py": b"", "victim.libs/libv.so": b"\x7fELF"},
+                                       name="victim", version="1.0"), upgrade=True)
+    return target_dir
+
+
+@pytest.mark.parametrize("member", ["attk.data/purelib/victim-1.0.dist-info/x", "victim.libs/README",
+                                    "attk.data/data/victim-1.0.dist-info/x"])
+def test_target_upgrade_replacing_a_non_importable_entry_of_another_distribution_is_critical(
+        tmp_path, target_dir_with_libs, member):
+    """Not only packages: pip replaces any top-level entry whole (a distribution's metadata, an
+    auditwheel `.libs` directory of its libraries)."""
+    layout = gate.TargetLayout.for_target_dir(str(target_dir_with_libs))
+    attk = _wheel(tmp_path, "a", {member: b"x", "attk/__init__.py": b""}, name="attk")
+    found = gate.check_ownership([attk], layout, replaces_entries=True)
+    assert [f.rule for f in found] == ["overwrites-other"] and "victim" in found[0].message, found
+
+
+@pytest.fixture
+def tool_target(tmp_path):
+    """A --target directory holding ``tool``, with its console script in ``bin/``."""
+    directory, wheels = tmp_path / "dest", tmp_path / "w"
+    wheels.mkdir()
+    _pip_target(directory, make_wheel(wheels, {"tool/__init__.py": b"def main(): pass\n"}, name="tool",
+                                      entry_points="[console_scripts]\ntool = tool:main\n"))
+    assert (directory / "bin" / "tool").exists()
+    return directory
+
+
+def test_target_upgrade_of_a_distribution_with_console_scripts(tmp_path, tool_target):
+    """Its scripts in DIR/bin are its own (its RECORD names them relative to pip's temporary
+    home: `../../bin/tool`): upgraded with or without --upgrade, no finding; another
+    distribution's scripts there would be deleted with --upgrade (pip replaces bin/ whole)."""
+    directory = tool_target
+    layout = gate.TargetLayout.for_target_dir(str(directory))
+    up = _wheel(tmp_path, "up", {"tool/__init__.py": b"def main(): pass\n"}, name="tool", version="2.0",
+                entry_points="[console_scripts]\ntool = tool:main\n")
+    assert gate.check_ownership([up], layout, replaces_entries=True) == []
+    assert gate.check_ownership([up], layout) == []
+    other = _wheel(tmp_path, "o", {"other/__init__.py": b"def main(): pass\n"}, name="other",
+                   entry_points="[console_scripts]\nother = other:main\n")
+    found = gate.check_ownership([other], layout, replaces_entries=True)
+    assert [f.evidence for f in found] == [str(directory / "bin")] and "tool" in found[0].message, found
+    assert gate.check_ownership([other], layout) == []  # without --upgrade pip leaves bin/ alone
+
+
+def test_an_nspkg_line_installed_first_takes_over_the_package_installed_after(tmp_path, target):
+    """The attacker's nspkg line for `laterpkg` goes in first (nothing of that name yet); the
+    regular package installed after it is refused, naming the start-up hook."""
+    site = Path(target.purelib)
+    pth = site / "squatter-nspkg.pth"
+    pth.write_text(NSPKG_LINE.replace("NS", "laterpkg"))
+    try:
+        later = _wheel(tmp_path, "l", {"laterpkg/__init__.py": b"VALUE = 1\n"}, name="laterpkg")
+        (f,) = gate.check_ownership([later], target)
+        assert (f.rule, f.severity, f.evidence) == ("shadows-other", "critical", str(pth))
+        ns = _wheel(tmp_path, "n", {"laterpkg/part/__init__.py": b""}, name="part")  # a namespace portion
+        assert gate.check_ownership([ns], target) == []
+    finally:
+        pth.unlink()
+
+
+@pytest.mark.parametrize("form", ["data scheme", "bom", "compiled init", "another import root"])
+def test_an_nspkg_line_over_a_regular_package_in_every_form_is_critical(tmp_path, target, form):
+    """The same takeover, as a quiet wheel would spell it: the .pth through the data scheme's
+    site-packages, behind a UTF-8 BOM (Python 3.13's site.py reads utf-8-sig), over a package
+    whose __init__ is an extension module, or over a package further down the import path (a
+    base Python's site-packages: the line's namespace portion comes first)."""
+    site = Path(target.purelib)
+    rel = site.relative_to(Path(target.data))
+    line = NSPKG_LINE.replace("NS", "othpkg").encode()
+    layout = target
+    files = {"othpkg/extra.py": b""}
+    if form == "data scheme":
+        files[f"evil-1.0.data/data/{rel}/evil-nspkg.pth"] = line
+    elif form == "bom":
+        files["evil-nspkg.pth"] = b"\xef\xbb\xbf" + line
+    else:
+        files["evil-nspkg.pth"] = line.replace(b"othpkg", b"extpkg") if form == "compiled init" else \
+            line.replace(b"othpkg", b"farpkg")
+        root = tmp_path / "elsewhere"
+        package = root / ("extpkg" if form == "compiled init" else "farpkg")
+        package.mkdir(parents=True)
+        (package / ("__init__.cpython-311-x86_64-linux-gnu.so" if form == "compiled init" else "__init__.py")
+         ).write_bytes(b"")
+        layout = dataclasses.replace(target, import_paths=(str(root),))
+        files = {f"{package.name}/extra.py": b""}
+        files["evil-nspkg.pth"] = NSPKG_LINE.replace("NS", package.name).encode()
+    whl = _wheel(tmp_path, "w", files, name="evil")
+    found = [f for f in gate.check_ownership([whl], layout) if f.rule == "shadows-other"]
+    assert found and found[0].severity == "critical", gate.check_ownership([whl], layout)

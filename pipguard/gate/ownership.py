@@ -29,7 +29,7 @@ from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 from packaging.utils import canonicalize_name
 
 from pipguard.errors import PipError, UsageError
-from pipguard.gate.wheelpaths import ROOT, SCHEME_KEYS, place, script_entries, script_names
+from pipguard.gate.wheelpaths import ROOT, SCHEME_KEYS, place, script_entries, script_names, site_rel
 
 __all__ = ["TargetLayout", "WheelToInstall", "check_ownership", "installed_owners", "target_layout"]
 
@@ -56,6 +56,13 @@ class TargetLayout:
     scripts: str
     data: str
     headers: str
+    #: ``--target``: pip installs into a temporary home (``lib/python``, ``bin``, ...) and moves
+    #: its entries into the directory (:meth:`for_target_dir`)
+    moved_home: bool = False
+    #: the interpreter's import path beyond the site directories (a base Python's site-packages
+    #: under a venv with system site packages, the user's site, PYTHONPATH): where an nspkg line
+    #: can take over a package from
+    import_paths: Tuple[str, ...] = ()
 
     def scheme(self, key: str) -> str:
         return str(getattr(self, key))
@@ -65,7 +72,7 @@ class TargetLayout:
         """``pip install --target DIR``: pip installs into a temporary home scheme and moves its
         ``lib`` contents, ``bin`` and the rest into DIR."""
         d = os.path.abspath(directory)
-        return cls(d, d, os.path.join(d, "bin"), d, os.path.join(d, "include"))
+        return cls(d, d, os.path.join(d, "bin"), d, os.path.join(d, "include"), moved_home=True)
 
 
 # Run by the target interpreter with -I: its scheme paths as pip computes them for a plain,
@@ -90,6 +97,12 @@ out = {"purelib": paths["purelib"], "platlib": paths["platlib"], "scripts": path
        "data": paths["data"], "headers": headers}
 if root:
     out = {k: os.path.join(root, os.path.splitdrive(v)[1].lstrip(os.sep)) for k, v in out.items()}
+# the import path a start of this interpreter has (-I left out the user's site, which a
+# Python outside a venv adds)
+import site
+out["import_paths"] = [p for p in sys.path if p and os.path.isdir(p)]
+if sys.prefix == getattr(sys, "base_prefix", sys.prefix) and site.ENABLE_USER_SITE is not False:
+    out["import_paths"].append(site.getusersitepackages())
 print(json.dumps(out))
 """
 
@@ -110,7 +123,8 @@ def target_layout(python: str, *, user: bool = False, prefix: Optional[str] = No
     if proc.returncode != 0:
         raise UsageError(f"cannot ask {python} for its install scheme: {proc.stderr.strip()[-300:]}")
     paths = json.loads(proc.stdout)
-    return TargetLayout(**{k: paths[k] for k in SCHEMES})
+    return TargetLayout(**{k: paths[k] for k in SCHEMES},
+                        import_paths=tuple(str(p) for p in paths.get("import_paths", ())))
 
 
 @dataclass(frozen=True)
@@ -151,8 +165,19 @@ def installed_owners(layout: TargetLayout) -> Dict[str, str]:
                 continue  # no readable RECORD: pip cannot uninstall it either
             for row in rows:
                 if row and row[0]:
-                    owners.setdefault(_norm(site, row[0]), name)
+                    owners.setdefault(_norm(_record_base(layout, site, row[0]), row[0]), name)
     return owners
+
+
+#: where pip's ``--target`` home keeps the libraries (its home scheme's purelib and platlib)
+_HOME_LIB = os.path.join("lib", "python")
+
+
+def _record_base(layout: TargetLayout, site: str, row: str) -> str:
+    """What a RECORD row is relative to: the site directory; in a ``--target`` directory,
+    a row that leaves it (``../../bin/tool``) was written relative to the temporary home's
+    ``lib/python``, whose ``bin``, ``include``... pip moved into the directory."""
+    return os.path.join(site, _HOME_LIB) if layout.moved_home and row.startswith("..") else site
 
 
 def _installed_name(info: str, entry: str) -> str:
@@ -200,9 +225,12 @@ def _roots_present(dirs: Dict[str, str], installed: Dict[str, str]) -> Dict[str,
     return out
 
 
-def _wheel_files(path: str, dirs: Dict[str, str]) -> Tuple[str, List[Tuple[str, str]], List[Tuple[str, str]]]:
+def _wheel_files(path: str, dirs: Dict[str, str], moved_home: bool = False
+                 ) -> Tuple[str, List[Tuple[str, str]], List[Tuple[str, str]]]:
     """The wheel's project, ``[(destination, what puts it there)]`` and the namespaces its
-    site-level ``.pth`` files register with setuptools' nspkg loader ``[(member, namespace)]``."""
+    site-level ``.pth`` files register with setuptools' nspkg loader ``[(member, namespace)]``.
+    ``moved_home`` (``--target``): a data file below the home's ``lib/python/`` is moved into
+    the directory with the libraries; one elsewhere below ``lib/`` is never moved."""
     try:
         zf = zipfile.ZipFile(path)
     except (OSError, zipfile.BadZipFile) as exc:
@@ -228,11 +256,14 @@ def _wheel_files(path: str, dirs: Dict[str, str]) -> Tuple[str, List[Tuple[str, 
             placed = place(member)
             if placed is None or placed.error is not None:
                 continue  # a directory; or a member pip refuses (the gate reports it)
-            site_path = placed.site_path
+            site_path = site_rel(placed)  # the data scheme's site-packages too
             if site_path is not None and "/" not in site_path and site_path.lower().endswith(".pth"):
                 namespaces += [(member, ns) for ns in _nspkg_namespaces(zf.read(member)[:1 << 20])]
             if placed.scheme == ROOT:
                 out.append((_norm(root, placed.path), member))
+            elif moved_home and placed.scheme == "data" and placed.path.split("/")[0] == "lib":
+                if placed.path.startswith(_HOME_LIB + "/"):
+                    out.append((_norm(root, placed.path[len(_HOME_LIB) + 1:]), member))
             else:
                 base = dirs[placed.scheme]
                 if placed.scheme == "headers":
@@ -247,16 +278,18 @@ def _wheel_files(path: str, dirs: Dict[str, str]) -> Tuple[str, List[Tuple[str, 
 
 
 def _nspkg_namespaces(data: bytes) -> List[str]:
-    """The namespaces a ``.pth`` file's setuptools nspkg lines register (:mod:`pthshapes`)."""
+    """The namespaces a ``.pth`` file's setuptools nspkg lines register (:mod:`pthshapes`), its
+    lines read as every ``site.py`` may read them (a UTF-8 BOM, the other line breaks)."""
     from pipguard.gate import pthshapes
+    from pipguard.gate.startup import decode_lines
 
     found = []
-    for line in data.decode("utf-8", "replace").splitlines():
+    for _number, line in decode_lines(data):
         if line.startswith(("import ", "import\t")):
             shape = pthshapes.match_line(line)
             if shape is not None and shape.shape.key == "nspkg":
                 found.append(str(shape.details["namespace"]))
-    return found
+    return list(dict.fromkeys(found))
 
 
 def check_ownership(wheels: Sequence[WheelToInstall], target: TargetLayout, *,
@@ -281,14 +314,16 @@ def check_ownership(wheels: Sequence[WheelToInstall], target: TargetLayout, *,
     present = _roots_present(dirs, installed)
     claimed: Dict[str, Tuple[str, str]] = {}  # destination -> (project, wheel file name)
     findings: List[Finding] = []
-    parsed = [(os.path.basename(wheel.path), *_wheel_files(wheel.path, dirs)) for wheel in wheels]
-    installing = frozenset(name for _, name, _, _ in parsed)  # what pip moves in again, whatever it removed
+    parsed = [(os.path.basename(wheel.path), *_wheel_files(wheel.path, dirs, target.moved_home)) for wheel in wheels]
     everyone = {dest: name for _, name, files, _ in parsed for dest, _ in files}
+    if replaces_entries:
+        findings += _target_replacements(parsed, dirs["purelib"], installed)
+    roots = list(dict.fromkeys((dirs["purelib"], dirs["platlib"], *target.import_paths)))
+    lines = installed_nspkg_lines(dirs, installed)
     for artifact, name, files, namespaces in parsed:
         findings += _shadowing(name, artifact, files, dirs, present)
-        findings += _nspkg_takeovers(name, artifact, namespaces, dirs, installed, everyone)
-        if replaces_entries:
-            findings += _replacing(name, artifact, files, dirs["purelib"], installed, installing)
+        findings += _nspkg_takeovers(name, artifact, namespaces, roots, installed, everyone)
+        findings += _under_an_installed_nspkg(name, artifact, files, dirs, lines)
         for dest, source in files:
             owner = installed.get(dest)
             other: Optional[str] = None
@@ -307,95 +342,163 @@ def check_ownership(wheels: Sequence[WheelToInstall], target: TargetLayout, *,
     return findings
 
 
-#: what makes a directory a regular package (not a namespace) for Python's path finder
-_INIT_SUFFIXES = (".py", ".pyc", ".pyw")
-
-
-def _regular_module(site: str, namespace: str, files: Dict[str, str]) -> Optional[str]:
-    """The path of a regular package or module named ``namespace`` below ``site`` (its
-    ``__init__`` or the module file), on disk or among ``files`` (an install's destinations),
-    else None."""
-    parts = namespace.split(".")
-    parent = os.path.join(site, *parts[:-1])
-    leaf = parts[-1]
-    for suffix in _INIT_SUFFIXES:
-        candidate = os.path.join(parent, leaf, "__init__" + suffix)
-        if candidate in files or os.path.isfile(candidate):
-            return candidate
+def _entries(directory: str, files: Dict[str, str]) -> List[str]:
+    """The names in ``directory``, on disk and among ``files`` (an install's destinations)."""
     try:
-        names = os.listdir(parent)
+        names = os.listdir(directory)
     except OSError:
         names = []
-    names += [os.path.basename(d) for d in files if os.path.dirname(d) == parent]
-    for entry in sorted(set(names)):
+    return sorted(set(names) | {os.path.basename(d) for d in files if os.path.dirname(d) == directory})
+
+
+def _regular_module(root: str, namespace: str, files: Dict[str, str]) -> Optional[str]:
+    """The path of a regular package or module named ``namespace`` below the import root
+    ``root`` (its ``__init__``, compiled ones included, or the module file), on disk or among
+    ``files``, else None."""
+    parts = namespace.split(".")
+    parent = os.path.join(root, *parts[:-1])
+    package = os.path.join(parent, parts[-1])
+    for entry in _entries(package, files):
+        if import_name(entry) == "__init__":
+            return os.path.join(package, entry)
+    for entry in _entries(parent, files):
         full = os.path.join(parent, entry)
-        if import_name(entry) == leaf and not os.path.isdir(full):
+        if import_name(entry) == parts[-1] and not os.path.isdir(full):
             return full
     return None
 
 
-def _nspkg_takeovers(name: str, artifact: str, namespaces: List[Tuple[str, str]], dirs: Dict[str, str],
+def _owner_of(path: str, installed: Dict[str, str], everyone: Dict[str, str]) -> Tuple[str, str]:
+    """(the distribution a file belongs to, how to say it)."""
+    if path in everyone:
+        return everyone[path], f"{everyone[path]} (in the same install)"
+    if path in installed:
+        return installed[path], f"installed distribution {installed[path]}"
+    return "", "the environment (no RECORD lists it)"
+
+
+def _nspkg_takeovers(name: str, artifact: str, namespaces: List[Tuple[str, str]], roots: Sequence[str],
                      installed: Dict[str, str], everyone: Dict[str, str]) -> list:
     """Critical ``shadows-other`` for each namespace a wheel's nspkg ``.pth`` line registers
-    that is another distribution's *regular* package or module: at every start the line puts
-    in ``sys.modules`` a module made from that package's spec and never runs it, so
-    ``import NAME`` gives an empty module and the package's own code never runs, while the
-    line adds the wheel's directory to its ``__path__`` (its submodules take the package's
-    names). setuptools writes the line only for namespaces, which have no ``__init__``."""
+    that is another distribution's *regular* package or module anywhere on the interpreter's
+    import path (``roots``): at every start the line puts in ``sys.modules`` a module made from
+    the spec it finds in its own site directory (the package's, never run; or the wheel's
+    namespace portion, in front of a package further down the path), so the package's own
+    code never runs and the wheel's files are found as its submodules. setuptools writes the
+    line only for namespaces, which have no ``__init__``."""
     from pipguard.gate.findings import CRITICAL, Finding
 
     out = []
     for member, namespace in namespaces:
-        for site in dict.fromkeys((dirs["purelib"], dirs["platlib"])):
-            regular = _regular_module(site, namespace, everyone)
+        for root in roots:
+            regular = _regular_module(root, namespace, everyone)
             if regular is None:
                 continue
-            if regular in everyone:
-                owner, who = everyone[regular], f"{everyone[regular]} (in the same install)"
-            elif regular in installed:
-                owner, who = installed[regular], f"installed distribution {installed[regular]}"
-            else:
-                owner, who = "", "the environment (no RECORD lists it)"
+            owner, who = _owner_of(regular, installed, everyone)
             if owner == name:
                 continue  # its own: not a namespace it takes from anyone
             out.append(Finding(name, artifact, CRITICAL, "shadows-other", member, None,
                                f"{name}'s nspkg start-up hook registers {namespace!r} at every interpreter start, "
                                f"but {namespace} is a regular package of {who} ({regular}): its code would never "
-                               f"run and `import {namespace}` would give an empty module", regular))
+                               f"run and `import {namespace}` would give another module", regular))
             break
     return out
 
 
-def _replacing(name: str, artifact: str, files: List[Tuple[str, str]], target_dir: str,
-               installed: Dict[str, str], installing: FrozenSet[str]) -> list:
-    """Critical ``overwrites-other`` for each importable top-level entry of a ``--target``
-    directory (a package, a module) that ``pip install --target --upgrade`` would remove whole
-    because the wheel ships something of that name, while files of another distribution are
-    in it (its RECORD lists them; or none lists it: the environment's). A distribution of the
-    same install is no other (pip moves its files in again); a link pip leaves alone."""
+def installed_nspkg_lines(dirs: Dict[str, str], installed: Dict[str, str]) -> List[Tuple[str, str, str]]:
+    """``[(namespace, the .pth file, its distribution)]`` of the nspkg lines already in the
+    target's site directories (a few small files: read at most 1 MiB each)."""
+    found = []
+    for site in dict.fromkeys((dirs["purelib"], dirs["platlib"])):
+        try:
+            names = sorted(n for n in os.listdir(site) if n.lower().endswith(".pth"))
+        except OSError:
+            continue
+        for entry in names:
+            path = os.path.join(site, entry)
+            try:
+                with open(path, "rb") as fh:
+                    data = fh.read(1 << 20)
+            except OSError:
+                continue
+            found += [(namespace, path, installed.get(path, "")) for namespace in _nspkg_namespaces(data)]
+    return found
+
+
+def _under_an_installed_nspkg(name: str, artifact: str, files: List[Tuple[str, str]], dirs: Dict[str, str],
+                              lines: List[Tuple[str, str, str]]) -> list:
+    """Critical ``shadows-other`` for a wheel that would make a regular package or module of a
+    namespace an installed nspkg line of another distribution registers: the line, installed
+    first, takes over the package installed after it (never run, or replaced by that
+    distribution's namespace portion)."""
     from pipguard.gate.findings import CRITICAL, Finding
 
-    entries: Dict[str, str] = {}  # top-level entry -> the member that puts something there
-    for dest, source in files:
-        rel = os.path.relpath(dest, target_dir)
-        if rel != os.pardir and not rel.startswith(os.pardir + os.sep):
-            entries.setdefault(rel.split(os.sep)[0], source)
+    mine = {dest: name for dest, _ in files}
     out = []
-    for entry, source in sorted(entries.items()):
-        if import_name(entry + "/x") is None and import_name(entry) is None:
-            continue  # bin/, include/, *.dist-info: pip replaces them too, but no import takes them
-        path = os.path.join(target_dir, entry)
-        if not os.path.lexists(path) or os.path.islink(path):
+    for namespace, pth, owner in lines:
+        if owner == name:
             continue
-        owners = {owner for held, owner in installed.items() if held == path or held.startswith(path + os.sep)}
-        others = sorted(owners - installing - {name})
-        if not owners:
-            others = ["the environment (no RECORD lists it)"]
-        if others:
-            out.append(Finding(name, artifact, CRITICAL, "overwrites-other", source, None,
-                               f"{name} would make pip delete {path} (pip install --target --upgrade removes "
-                               f"an existing entry of that name whole before it moves the new one in): "
-                               f"it holds files of {', '.join(others)}", path))
+        for site in dict.fromkeys((dirs["purelib"], dirs["platlib"])):
+            regular = _regular_module(site, namespace, mine)
+            if regular is not None and regular in mine:
+                who = f"installed distribution {owner}" if owner else "the environment (no RECORD lists it)"
+                out.append(Finding(name, artifact, CRITICAL, "shadows-other", os.path.relpath(regular, site), None,
+                                   f"{namespace} would be a regular package of {name}, but {pth} of {who} registers "
+                                   f"{namespace!r} at every interpreter start (setuptools' nspkg loader): "
+                                   f"{name}'s code would never run; that start-up hook takes it over", pth))
+                break
+    return out
+
+
+def _target_replacements(parsed: list, target_dir: str, installed: Dict[str, str]) -> list:
+    """``pip install --target DIR --upgrade`` (pip's ``_handle_target_dir``): pip installs every
+    wheel into a temporary home, then moves each top-level entry of its ``lib/python`` and then
+    each of the home itself (the data scheme's files, ``bin``, ``include``) into DIR, removing
+    whatever of that name DIR holds, whole -- the entry it moved a moment before included.
+    Critical ``overwrites-other`` for each wheel whose entry would so delete files of another
+    distribution: one DIR already holds (its RECORD lists them, or none does: the
+    environment's), or one of the same install whose entry of that name the data move replaces.
+    The distributions whose own entry ends in DIR are no victims (their files come back); a link
+    in DIR pip leaves alone."""
+    from pipguard.gate.findings import CRITICAL, Finding
+
+    # entry -> {"lib" | "home": {distribution: (its wheel file, the member that puts it there)}}
+    moved: Dict[str, Dict[str, Dict[str, Tuple[str, str]]]] = {}
+    for artifact, name, files, _namespaces in parsed:
+        for dest, source in files:
+            rel = os.path.relpath(dest, target_dir)
+            if rel == os.pardir or rel.startswith(os.pardir + os.sep):
+                continue
+            placed = None if source.startswith("[") else place(source)
+            from_home = placed is None or (placed.scheme in ("data", "scripts", "headers")
+                                           and not (placed.scheme == "data"
+                                                    and placed.path.startswith(_HOME_LIB + "/")))
+            group = moved.setdefault(rel.split(os.sep)[0], {}).setdefault("home" if from_home else "lib", {})
+            group.setdefault(name, (artifact, source))
+    out = []
+    for entry, groups in sorted(moved.items()):
+        lib, home = groups.get("lib", {}), groups.get("home", {})
+        last = home or lib  # what DIR holds in the end: the home's move comes last
+        victims: Dict[str, str] = {}  # distribution -> where its files were
+        path = os.path.join(target_dir, entry)
+        if os.path.lexists(path) and not os.path.islink(path):
+            owners = {owner for held, owner in installed.items() if held == path or held.startswith(path + os.sep)}
+            for owner in owners or {""}:
+                victims[owner] = path
+        if home:
+            for owner in lib:
+                victims.setdefault(owner, f"{entry} of the same install, moved in first")
+        for supplier, (artifact, source) in sorted(last.items()):
+            for owner, where in sorted(victims.items()):
+                if owner in last:
+                    continue  # its own entry is what DIR holds in the end
+                who = f"installed distribution {owner}" if owner else "the environment (no RECORD lists it)"
+                if where != path:
+                    who = f"{owner} ({where})"
+                out.append(Finding(supplier, artifact, CRITICAL, "overwrites-other", source, None,
+                                   f"{supplier} would make pip delete {path} (pip install --target --upgrade "
+                                   f"removes an entry of that name whole before it moves the new one in): it "
+                                   f"holds files of {who}", path))
     return out
 
 

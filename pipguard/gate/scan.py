@@ -72,9 +72,6 @@ SENSITIVE_DATA_PREFIXES: Tuple[str, ...] = (
     "share/autostart/", "share/dbus-1/", "share/polkit-1/", "share/bash-completion/",
     "share/zsh/", "share/fish/", "share/mime/",
 )
-# A path under the prefix that is a site-packages directory (posix, Debian, lib64, Windows).
-_DATA_SITE = re.compile(r"^(?:local/)?(?:lib|lib64)/(?:python[^/]*/)?(?:site|dist)-packages/",
-                        re.IGNORECASE)
 # The standard library's directories under a prefix (``lib/python3.X/``, ``lib/python3X.zip``):
 # pip's data prefix *is* the interpreter's for a system or container Python used without a venv,
 # where these come before site-packages on sys.path.
@@ -91,15 +88,6 @@ _WHEEL_NAME = re.compile(r"^(?P<name>[^-]+)-(?P<ver>[^-]+)(?:-[^-]+)?-[^-]+-[^-]
 def _info_dist(dist_info: str) -> str:
     """Canonical project name of ``{name}-{version}.dist-info``."""
     return canonicalize_name(dist_info[:-len(".dist-info")].rsplit("-", 1)[0])
-
-
-def _site_rel(placed: wheelpaths.Placement) -> Optional[str]:
-    """Where ``placed`` lands below a site directory (the root, ``.data/purelib|platlib`` and
-    ``.data/data/lib/pythonX.Y/site-packages/``), or ``None``."""
-    if placed.scheme == "data" and placed.error is None:
-        found = _DATA_SITE.match(placed.path)
-        return placed.path[found.end():] if found else None
-    return placed.site_path
 
 
 def _shadows(script: str, dist: str) -> Optional[str]:
@@ -234,7 +222,7 @@ def _scan_wheel_zip(zf: zipfile.ZipFile, artifact: str,
     for placed in placements:
         parts = (placed.site_path or "").split("/")[:-1]
         package_dirs.update("/".join(parts[:n]) for n in range(1, len(parts) + 1))
-    site_files = frozenset(rel for rel in map(_site_rel, placements) if rel is not None)
+    site_files = frozenset(rel for rel in map(wheelpaths.site_rel, placements) if rel is not None)
     pth_ctx = startup.PthContext(owner, editable_project, root_module, frozenset(package_dirs), site_files)
 
     # Rule 4: path traversal, symlinks; rule 5 (part): duplicate members.
@@ -285,7 +273,7 @@ def _scan_wheel_zip(zf: zipfile.ZipFile, artifact: str,
                 scripts.append((name, placed.path))
         elif placed.scheme == "data":
             sub = placed.path
-            site_match = _DATA_SITE.match(sub)
+            site_match = wheelpaths.DATA_SITE.match(sub)
             bin_match = _DATA_BIN.match(sub)
             if site_match:
                 site_rel = sub[site_match.end():]

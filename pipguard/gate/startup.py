@@ -24,7 +24,7 @@ _STARTUP_MODULES = ("sitecustomize", "usercustomize")
 _IMPORTABLE_SUFFIXES = ("py", "pyc", "pyo", "pyw", "so", "pyd")
 
 
-def _decode_lines(data: bytes) -> List[Tuple[int, str]]:
+def decode_lines(data: bytes) -> List[Tuple[int, str]]:
     """The lines CPython's ``site.addpackage`` may see, numbered from 1.
 
     Python <= 3.12 reads the file in the locale encoding with universal newlines; 3.13+ decodes
@@ -154,7 +154,7 @@ _STDLIB: Optional[FrozenSet[str]] = None
 
 def check_pth(col: FindingCollector, member: str, data: bytes, ctx: PthContext) -> None:
     """Apply CPython's ``site.addpackage`` reading of a site-level ``.pth`` file."""
-    for n, line in _decode_lines(data):
+    for n, line in decode_lines(data):
         if line.startswith("#") or line.strip() == "":
             continue
         # site.py: `if line.startswith(("import ", "import\t")): exec(line)`.

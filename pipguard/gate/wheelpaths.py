@@ -59,6 +59,19 @@ class Placement:
         return self.path if self.scheme in SITE_SCHEMES and self.error is None else None
 
 
+#: a path under pip's data prefix that is a site-packages directory (posix, Debian, lib64)
+DATA_SITE = re.compile(r"^(?:local/)?(?:lib|lib64)/(?:python[^/]*/)?(?:site|dist)-packages/", re.IGNORECASE)
+
+
+def site_rel(placed: Placement) -> Optional[str]:
+    """Where ``placed`` lands below a site directory (the root, ``.data/purelib|platlib`` and
+    ``.data/data/lib/pythonX.Y/site-packages/``), or ``None``."""
+    if placed.scheme == "data" and placed.error is None:
+        found = DATA_SITE.match(placed.path)
+        return placed.path[found.end():] if found else None
+    return placed.site_path
+
+
 def place(member: str) -> Optional[Placement]:
     """Where pip writes wheel member ``member``; ``None`` for a directory entry (pip skips
     names ending in ``/``)."""

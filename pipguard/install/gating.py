@@ -220,8 +220,11 @@ class WheelGate(ImportProbe):
             scheme = next(iter(schemes.values()), None) if isinstance(schemes, dict) else None
             if isinstance(scheme, dict) and all(isinstance(scheme.get(k), str) for k in
                                                 ("purelib", "platlib", "scripts", "data", "headers")):
+                imported = request.get("import_paths")
                 layout = gate.TargetLayout(scheme["purelib"], scheme["platlib"], scheme["scripts"],
-                                           scheme["data"], os.path.dirname(scheme["headers"]))
+                                           scheme["data"], os.path.dirname(scheme["headers"]),
+                                           import_paths=tuple(p for p in imported if isinstance(p, str))
+                                           if isinstance(imported, list) else ())
         if layout is None:
             layout = gate.target_layout(self.python)
         out: Dict[str, List[gate.Finding]] = {}

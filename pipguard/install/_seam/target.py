@@ -472,6 +472,9 @@ def _gated(original, role):
         wheels = [_describe(r) for r in requirements]
         answer = ask({"type": "gate", "role": role, "wheels": wheels, "target_dir": _STATE["target_dir"],
                       "target_upgrade": _STATE["target_upgrade"],
+                      # where the installed code is imported from (an nspkg line can take over a
+                      # package anywhere on it): this interpreter's path, without the seam's
+                      "import_paths": [p for p in sys.path if p and os.path.isdir(p) and p != ENTRY],
                       "schemes": _scheme(original, (requirements, *args), kwargs,
                                          [w["name"] for w in wheels if w["name"]])})
         decision = answer.get("decision")
