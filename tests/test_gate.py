@@ -961,3 +961,27 @@ def test_an_nspkg_line_over_a_regular_package_in_every_form_is_critical(tmp_path
     whl = _wheel(tmp_path, "w", files, name="evil")
     found = [f for f in gate.check_ownership([whl], layout) if f.rule == "shadows-other"]
     assert found and found[0].severity == "critical", gate.check_ownership([whl], layout)
+
+
+@pytest.mark.parametrize("member", ["othpkg/__init__.cpython-311-x86_64-linux-gnu.so",
+                                    "othpkg/sub.cpython-311-x86_64-linux-gnu.so", "othpkg/sub/__init__.py"])
+def test_a_module_beside_another_distributions_module_of_that_name_is_critical(tmp_path, target, member):
+    """Inside another distribution's package nothing is overwritten, yet Python's finder takes an
+    extension module before source, and a package before a module: `othpkg/__init__.<ext>`
+    runs instead of `othpkg/__init__.py` at every `import othpkg`."""
+    site = Path(target.purelib)
+    sub = site / "othpkg" / "sub.py"
+    sub.write_text("")  # an environment file (no RECORD lists it) of that package
+    try:
+        whl = _wheel(tmp_path, "w", {member: b"\x7fELF" if member.endswith(".so") else b"", "evil/__init__.py": b""},
+                     name="evil")
+        found = [f for f in gate.check_ownership([whl], target) if f.rule == "shadows-other"]
+        assert found and found[0].severity == "critical" and found[0].member == member, found
+    finally:
+        sub.unlink()
+
+
+def test_a_wheel_with_its_own_source_and_extension_of_one_module_passes(tmp_path, target):
+    whl = _wheel(tmp_path, "w", {"speedy/__init__.py": b"", "speedy/core.py": b"",
+                                 "speedy/core.cpython-311-x86_64-linux-gnu.so": b"\x7fELF"}, name="speedy")
+    assert gate.check_ownership([whl], target) == []

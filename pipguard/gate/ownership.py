@@ -322,6 +322,7 @@ def check_ownership(wheels: Sequence[WheelToInstall], target: TargetLayout, *,
     lines = installed_nspkg_lines(dirs, installed)
     for artifact, name, files, namespaces in parsed:
         findings += _shadowing(name, artifact, files, dirs, present)
+        findings += _shadowing_inside(name, artifact, files, dirs, installed, everyone)
         findings += _nspkg_takeovers(name, artifact, namespaces, roots, installed, everyone)
         findings += _under_an_installed_nspkg(name, artifact, files, dirs, lines)
         for dest, source in files:
@@ -499,6 +500,48 @@ def _target_replacements(parsed: list, target_dir: str, installed: Dict[str, str
                                    f"{supplier} would make pip delete {path} (pip install --target --upgrade "
                                    f"removes an entry of that name whole before it moves the new one in): it "
                                    f"holds files of {who}", path))
+    return out
+
+
+def _shadowing_inside(name: str, artifact: str, files: List[Tuple[str, str]], dirs: Dict[str, str],
+                      installed: Dict[str, str], everyone: Dict[str, str]) -> list:
+    """Critical ``shadows-other`` for each module the wheel would put inside a package directory
+    beside another distribution's module of the same name: Python's finder takes one of them by
+    kind (a package with an ``__init__``, then an extension module, then source, then bytecode),
+    so ``victim/api.<extension suffix>`` beside ``victim/api.py``, or
+    ``victim/__init__.<extension suffix>`` beside ``victim/__init__.py``, takes over the import
+    without overwriting a file (the top level is :func:`_shadowing`'s)."""
+    from pipguard.gate.findings import CRITICAL, Finding
+
+    sites = tuple(dict.fromkeys((dirs["purelib"], dirs["platlib"])))
+    out, said = [], set()
+    listed: Dict[str, List[str]] = {}  # a wheel puts many files in one directory: listed once
+    for dest, source in files:
+        directory, base = os.path.split(dest)
+        if directory in sites or not any(directory.startswith(site + os.sep) for site in sites):
+            continue
+        module = import_name(base)
+        if module is None:
+            continue
+        checks = [(directory, module)]  # the module beside the modules of its name
+        if module == "__init__" and os.path.dirname(directory) not in sites:
+            checks.append((os.path.dirname(directory), os.path.basename(directory)))  # a package beside a module
+        for where, wanted in checks:
+            if where not in listed:
+                listed[where] = _entries(where, everyone)
+            for entry in listed[where]:
+                other = os.path.join(where, entry)
+                if other == dest or os.path.isdir(other) or import_name(entry) != wanted:
+                    continue
+                owner, who = _owner_of(other, installed, everyone)
+                if owner == name or (other, dest) in said:
+                    continue
+                said.add((other, dest))
+                out.append(Finding(name, artifact, CRITICAL, "shadows-other", source, None,
+                                   f"{name} would install {os.path.relpath(dest, os.path.dirname(where))} beside "
+                                   f"{os.path.relpath(other, os.path.dirname(where))} of {who}: Python's finder "
+                                   f"takes one of them by kind, so it can take over that import without "
+                                   f"overwriting a file", other))
     return out
 
 
