@@ -239,8 +239,11 @@ def _rewrite(whl: Path, directory: Path, replace: Dict[str, bytes]) -> Path:
     return make_wheel(directory, {k: v for k, v in files.items() if v is not None})
 
 
-@pytest.fixture
-def real_finder_wheel(tmp_path, editable_tools):
+@pytest.fixture(scope="module")
+def real_finder_wheel(tmp_path_factory, editable_tools):
+    """setuptools' editable wheel of a project, built once (a real backend run: ~1.5 s): the
+    tests read it and rewrite copies."""
+    tmp_path = tmp_path_factory.mktemp("finder")
     proj = _project(tmp_path, "demo", src_layout=False)
     whl = build_editable(proj, [editable_tools["setuptools==75.8.0"]], tmp_path / "out", tmp_path / "home")
     with zipfile.ZipFile(whl) as zf:

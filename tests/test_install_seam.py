@@ -424,8 +424,9 @@ def test_target_interpreter_of_another_version(tmp_path, fake_home, route, versi
     python = python_versions().get(version)
     if python is None:
         pytest.skip(f"no Python {version} on this machine")
-    venv = tmp_path / f"target{version}"
-    subprocess.run([python, "-m", "venv", str(venv)], check=True)
+    from support.pipinstall import other_python_venv
+
+    venv = other_python_venv(python, tmp_path / f"target{version}")
     proc, report = pg_install(["light_pure"], home=fake_home, target=venv, route=route, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert site_import(venv, "light_pure").returncode == 0

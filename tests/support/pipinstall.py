@@ -110,6 +110,22 @@ def _shared_template(shared: Path, pip: str, wheelhouse: Path) -> Path:
     return venv
 
 
+def other_python_venv(python: str, path: Path) -> Path:
+    """A venv of another interpreter (``python -m venv``, its own bundled pip) at ``path``:
+    made once per process and copied (3-4 s each with ensurepip). The copy runs as the venv
+    ``python -m venv PATH`` makes (``pyvenv.cfg`` names the base interpreter, not the venv's
+    path), except that pip's own console scripts keep the template's shebang: the tests run
+    ``python -m pip``, as pipguard does."""
+    key = ("other", python)
+    if key not in _TEMPLATES:
+        base = Path(tempfile.mkdtemp(prefix="venv-template-"))
+        atexit.register(shutil.rmtree, base, True)
+        subprocess.run([python, "-m", "venv", str(base / "venv")], check=True)
+        _TEMPLATES[key] = base / "venv"
+    shutil.copytree(_TEMPLATES[key], path, symlinks=True)
+    return path
+
+
 class Route:
     """How pip finds packages: ``index`` (a loopback PEP 503 index with credentials in
     PIP_INDEX_URL, as a private index has) or ``find-links`` (--no-index -f DIR)."""
