@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import shutil
 import json
 import os
 import subprocess
@@ -988,3 +989,78 @@ def test_a_wheel_with_its_own_source_and_extension_of_one_module_passes(tmp_path
     whl = _wheel(tmp_path, "w", {"speedy/__init__.py": b"", "speedy/core.py": b"",
                                  "speedy/core.cpython-311-x86_64-linux-gnu.so": b"\x7fELF"}, name="speedy")
     assert gate.check_ownership([whl], target) == []
+
+
+SHIMS = {
+    "pkgutil": "__path__ = __import__('pkgutil').extend_path(__path__, __name__)\n",
+    "pkgutil import": '"""The namespace."""\nfrom pkgutil import extend_path\n__path__ = extend_path(__path__, __name__)\n',
+    "pkg_resources": "__import__('pkg_resources').declare_namespace(__name__)\n",
+    "both": ("try:\n    __import__('pkg_resources').declare_namespace(__name__)\nexcept ImportError:\n"
+             "    from pkgutil import extend_path\n    __path__ = extend_path(__path__, __name__)\n"),
+}
+
+
+@pytest.mark.parametrize("source, shim", [*((text, True) for text in SHIMS.values()),
+                                          ("__path__ = __import__('pkgutil').extend_path(__path__, __name__)\n"
+                                           "import os\nos.system('id')\n", False),
+                                          ("VALUE = 1\n", False), ("", False), ("def (:\n", False),
+                                          ("__path__ = evil(__path__)\n", False)])
+def test_a_namespace_shim_is_told_from_a_package(source, shim):
+    from pipguard.gate.ownership import namespace_shim
+
+    assert namespace_shim(source.encode()) is shim
+
+
+@pytest.fixture
+def shim_target(tmp_path):
+    """A venv's layout holding ``shimns`` (a pkgutil namespace shim ``__init__.py``, as
+    backports.tarfile ships one) and a distribution with an nspkg line for ``linens``."""
+    wheels = tmp_path / "shim-wheels"
+    wheels.mkdir()
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    first = make_wheel(wheels, {"shimns/__init__.py": SHIMS["pkgutil"].encode(), "shimns/one.py": b""},
+                       name="shimns_one")
+    nspkg = make_wheel(wheels, {"linens-nspkg.pth": NSPKG_LINE.replace("NS", "linens").encode(),
+                                "linens/one.py": b""}, name="linens_one")
+    proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
+                           "--no-deps", "--no-index", str(first), str(nspkg)],
+                          env=support.clean_env(tmp_path / "home"), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return gate.target_layout(str(venv / "bin" / "python"))
+
+
+def test_namespaces_with_shims_and_nspkg_lines_pass(tmp_path, shim_target):
+    """The families that share a namespace (backports.tarfile + backports.csv, jaraco 1.x,
+    old sphinxcontrib): a shim __init__.py each, or an nspkg line beside another's shim, in
+    either order; none of them is refused."""
+    two = _wheel(tmp_path, "two", {"shimns/__init__.py": SHIMS["both"].encode(), "shimns/two.py": b""},
+                 name="shimns_two")
+    line = _wheel(tmp_path, "line", {"shimns-nspkg.pth": NSPKG_LINE.replace("NS", "shimns").encode(),
+                                     "shimns/three.py": b""}, name="shimns_three")
+    after = _wheel(tmp_path, "after", {"linens/__init__.py": SHIMS["pkg_resources"].encode(),
+                                       "linens/two.py": b""}, name="linens_two")
+    assert gate.check_ownership([two], shim_target) == []
+    assert gate.check_ownership([line], shim_target) == []
+    assert gate.check_ownership([after], shim_target) == []
+    assert gate.check_ownership([two, line, after], shim_target) == []
+    # a real package's __init__ in the nspkg line's namespace is still a takeover
+    real = _wheel(tmp_path, "real", {"linens/__init__.py": b"VALUE = 1\n"}, name="linens_real")
+    assert [f.rule for f in gate.check_ownership([real], shim_target)] == ["shadows-other"]
+
+
+def test_target_dirs_run_no_nspkg_line_and_forget_leftover_records(tmp_path, target_dir):
+    """A --target directory is put on PYTHONPATH, where site.py reads no .pth: its nspkg lines
+    take nothing over. A distribution's RECORD that outlived its files (an earlier --upgrade of
+    another distribution replaced them) names no victim."""
+    layout = gate.TargetLayout.for_target_dir(str(target_dir))
+    line = _wheel(tmp_path, "l", {"x-nspkg.pth": NSPKG_LINE.replace("NS", "victim").encode(), "x/__init__.py": b""},
+                  name="x")
+    assert [f for f in gate.check_ownership([line], layout) if f.rule == "shadows-other"] == []
+    shutil.rmtree(target_dir / "victim")  # what --upgrade of another distribution left: its RECORD stays
+    (target_dir / "victim").mkdir()
+    (target_dir / "victim" / "new.py").write_text("")
+    other = _wheel(tmp_path, "o", {"victim/new.py": b""}, name="victim2")
+    found = gate.check_ownership([other], layout, replaces_entries=True)
+    assert [f.message for f in found if "victim2" not in f.package] == [] and \
+        not [f for f in found if "installed distribution victim" in f.message], found

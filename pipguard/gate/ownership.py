@@ -305,37 +305,47 @@ def check_ownership(wheels: Sequence[WheelToInstall], target: TargetLayout, *,
     ``replaces_entries``: ``pip install --target DIR --upgrade``, which installs into a temporary
     directory and then removes each top-level entry of DIR that it is about to move in, whole
     (pip's ``_handle_target_dir``), so a wheel that ships one file below another distribution's
-    package deletes that package (:func:`_replacing`).
+    package deletes that package (:func:`_target_replacements`).
     """
     from pipguard.gate.findings import CRITICAL, Finding
 
     dirs = _real_dirs(target)
     installed = installed_owners(target)
     present = _roots_present(dirs, installed)
-    claimed: Dict[str, Tuple[str, str]] = {}  # destination -> (project, wheel file name)
+    claimed: Dict[str, Tuple[str, str, str, str]] = {}  # destination -> (project, wheel file name, wheel, member)
     findings: List[Finding] = []
     parsed = [(os.path.basename(wheel.path), *_wheel_files(wheel.path, dirs, target.moved_home)) for wheel in wheels]
     everyone = {dest: name for _, name, files, _ in parsed for dest, _ in files}
+    read = _Reader({dest: (wheel.path, source) for wheel, (_, _, files, _) in zip(wheels, parsed)
+                    for dest, source in files})
+    paths = {artifact: wheel.path for wheel, (artifact, _, _, _) in zip(wheels, parsed)}
     if replaces_entries:
         findings += _target_replacements(parsed, dirs["purelib"], installed)
-    roots = list(dict.fromkeys((dirs["purelib"], dirs["platlib"], *target.import_paths)))
-    lines = installed_nspkg_lines(dirs, installed)
+    # nspkg lines run from a site directory only: a --target directory is put on PYTHONPATH,
+    # where site.py reads no .pth file
+    roots = [] if target.moved_home else list(dict.fromkeys((dirs["purelib"], dirs["platlib"],
+                                                             *target.import_paths)))
+    lines = [] if target.moved_home else installed_nspkg_lines(dirs, installed)
     for artifact, name, files, namespaces in parsed:
         findings += _shadowing(name, artifact, files, dirs, present)
         findings += _shadowing_inside(name, artifact, files, dirs, installed, everyone)
-        findings += _nspkg_takeovers(name, artifact, namespaces, roots, installed, everyone)
-        findings += _under_an_installed_nspkg(name, artifact, files, dirs, lines)
+        if roots:
+            findings += _nspkg_takeovers(name, artifact, namespaces, roots, installed, everyone, read)
+            findings += _under_an_installed_nspkg(name, artifact, files, dirs, lines, read)
         for dest, source in files:
+            # a namespace's shared pkgutil/pkg_resources __init__.py, replaced by another: no loss
+            shared_shim = os.path.basename(dest) == "__init__.py" and read.shim(dest, (paths[artifact], source))
             owner = installed.get(dest)
             other: Optional[str] = None
-            if owner is not None and owner != name:
+            if owner is not None and owner != name and not (shared_shim and read.shim(dest, on_disk=True)):
                 other = f"installed distribution {owner} (its RECORD lists it)"
-            elif owner is None and os.path.lexists(dest):
+            elif owner is None and os.path.lexists(dest) and not (shared_shim and read.shim(dest, on_disk=True)):
                 other = "the environment (a file no installed distribution's RECORD lists)"
             previous = claimed.get(dest)
-            if previous is not None and previous[0] != name:
+            if previous is not None and previous[0] != name \
+                    and not (shared_shim and read.shim(dest, (previous[2], previous[3]))):
                 other = f"{previous[0]} ({previous[1]}, in the same install)"
-            claimed.setdefault(dest, (name, artifact))
+            claimed.setdefault(dest, (name, artifact, paths[artifact], source))
             if other:
                 findings.append(Finding(
                     name, artifact, CRITICAL, "overwrites-other", source, None,
@@ -352,16 +362,85 @@ def _entries(directory: str, files: Dict[str, str]) -> List[str]:
     return sorted(set(names) | {os.path.basename(d) for d in files if os.path.dirname(d) == directory})
 
 
-def _regular_module(root: str, namespace: str, files: Dict[str, str]) -> Optional[str]:
+class _Reader:
+    """Small files of the target and of an install's wheels, read as pipguard (never run)."""
+
+    LIMIT = 64 * 1024
+
+    def __init__(self, members: Dict[str, Tuple[str, str]]) -> None:
+        self._members = members  # destination -> (wheel, member)
+
+    def _read(self, path: str, member: Optional[Tuple[str, str]]) -> Optional[bytes]:
+        try:
+            if member is None:
+                with open(path, "rb") as fh:
+                    return fh.read(self.LIMIT + 1)
+            with zipfile.ZipFile(member[0]) as zf, zf.open(member[1]) as fh:
+                return fh.read(self.LIMIT + 1)
+        except (OSError, KeyError, zipfile.BadZipFile):
+            return None
+
+    def shim(self, path: str, member: Optional[Tuple[str, str]] = None, on_disk: bool = False) -> bool:
+        """Is this ``__init__.py`` an old-style namespace package's (:func:`namespace_shim`)?
+        ``member`` (wheel, member name): that wheel's; ``on_disk``: what the target holds now;
+        else what lands there (an install's wheel's, or the target's)."""
+        if member is None and not on_disk:
+            member = self._members.get(path)
+        data = self._read(path, member)
+        return data is not None and len(data) <= self.LIMIT and namespace_shim(data)
+
+
+def namespace_shim(source: bytes) -> bool:
+    """An ``__init__.py`` that only makes its package a namespace (pkgutil's ``extend_path``,
+    pkg_resources' ``declare_namespace``, each with the other as its fallback), read with
+    ``ast``: distributions of one namespace each ship it (backports, jaraco, sphinxcontrib, old
+    zope and google), and an nspkg line beside it imports as designed."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return False
+
+    def allowed(statement: ast.stmt) -> bool:
+        if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
+            return isinstance(statement.value.value, str)  # a docstring
+        if isinstance(statement, (ast.Import, ast.ImportFrom)):
+            modules = [statement.module or ""] if isinstance(statement, ast.ImportFrom) else \
+                [alias.name for alias in statement.names]
+            return all(m in ("pkgutil", "pkg_resources") for m in modules)
+        if isinstance(statement, ast.Try):
+            return all(allowed(s) for s in [*statement.body, *statement.orelse, *statement.finalbody,
+                                            *(s for h in statement.handlers for s in h.body)])
+        if isinstance(statement, ast.Pass):
+            return True
+        call = statement.value if isinstance(statement, (ast.Expr, ast.Assign)) else None
+        if not isinstance(call, ast.Call):
+            return False
+        function = call.func.attr if isinstance(call.func, ast.Attribute) else \
+            call.func.id if isinstance(call.func, ast.Name) else ""
+        if isinstance(statement, ast.Assign):
+            targets = [t.id for t in statement.targets if isinstance(t, ast.Name)]
+            return targets == ["__path__"] and function == "extend_path"
+        return function == "declare_namespace"
+
+    return bool(tree.body) and all(allowed(statement) for statement in tree.body)
+
+
+def _regular_module(root: str, namespace: str, files: Dict[str, str], read: Optional[_Reader] = None
+                    ) -> Optional[str]:
     """The path of a regular package or module named ``namespace`` below the import root
     ``root`` (its ``__init__``, compiled ones included, or the module file), on disk or among
-    ``files``, else None."""
+    ``files``, else None. A namespace shim ``__init__.py`` (``read``) makes no regular package."""
     parts = namespace.split(".")
     parent = os.path.join(root, *parts[:-1])
     package = os.path.join(parent, parts[-1])
     for entry in _entries(package, files):
         if import_name(entry) == "__init__":
-            return os.path.join(package, entry)
+            found = os.path.join(package, entry)
+            if entry == "__init__.py" and read is not None and read.shim(found):
+                continue
+            return found
     for entry in _entries(parent, files):
         full = os.path.join(parent, entry)
         if import_name(entry) == parts[-1] and not os.path.isdir(full):
@@ -379,7 +458,7 @@ def _owner_of(path: str, installed: Dict[str, str], everyone: Dict[str, str]) ->
 
 
 def _nspkg_takeovers(name: str, artifact: str, namespaces: List[Tuple[str, str]], roots: Sequence[str],
-                     installed: Dict[str, str], everyone: Dict[str, str]) -> list:
+                     installed: Dict[str, str], everyone: Dict[str, str], read: _Reader) -> list:
     """Critical ``shadows-other`` for each namespace a wheel's nspkg ``.pth`` line registers
     that is another distribution's *regular* package or module anywhere on the interpreter's
     import path (``roots``): at every start the line puts in ``sys.modules`` a module made from
@@ -392,7 +471,7 @@ def _nspkg_takeovers(name: str, artifact: str, namespaces: List[Tuple[str, str]]
     out = []
     for member, namespace in namespaces:
         for root in roots:
-            regular = _regular_module(root, namespace, everyone)
+            regular = _regular_module(root, namespace, everyone, read)
             if regular is None:
                 continue
             owner, who = _owner_of(regular, installed, everyone)
@@ -427,7 +506,7 @@ def installed_nspkg_lines(dirs: Dict[str, str], installed: Dict[str, str]) -> Li
 
 
 def _under_an_installed_nspkg(name: str, artifact: str, files: List[Tuple[str, str]], dirs: Dict[str, str],
-                              lines: List[Tuple[str, str, str]]) -> list:
+                              lines: List[Tuple[str, str, str]], read: _Reader) -> list:
     """Critical ``shadows-other`` for a wheel that would make a regular package or module of a
     namespace an installed nspkg line of another distribution registers: the line, installed
     first, takes over the package installed after it (never run, or replaced by that
@@ -440,7 +519,7 @@ def _under_an_installed_nspkg(name: str, artifact: str, files: List[Tuple[str, s
         if owner == name:
             continue
         for site in dict.fromkeys((dirs["purelib"], dirs["platlib"])):
-            regular = _regular_module(site, namespace, mine)
+            regular = _regular_module(site, namespace, mine, read)
             if regular is not None and regular in mine:
                 who = f"installed distribution {owner}" if owner else "the environment (no RECORD lists it)"
                 out.append(Finding(name, artifact, CRITICAL, "shadows-other", os.path.relpath(regular, site), None,
@@ -483,23 +562,25 @@ def _target_replacements(parsed: list, target_dir: str, installed: Dict[str, str
         victims: Dict[str, str] = {}  # distribution -> where its files were
         path = os.path.join(target_dir, entry)
         if os.path.lexists(path) and not os.path.islink(path):
-            owners = {owner for held, owner in installed.items() if held == path or held.startswith(path + os.sep)}
+            # what its RECORD lists and is still there: an earlier --upgrade may have taken the
+            # rest (a distribution's RECORD outlives the files pip replaced under it)
+            owners = {owner for held, owner in installed.items()
+                      if (held == path or held.startswith(path + os.sep)) and os.path.lexists(held)}
             for owner in owners or {""}:
                 victims[owner] = path
         if home:
             for owner in lib:
                 victims.setdefault(owner, f"{entry} of the same install, moved in first")
+        lost = [f"installed distribution {owner}" if owner and where == path else
+                f"{owner} ({where})" if owner else "the environment (no RECORD lists them)"
+                for owner, where in sorted(victims.items()) if owner not in last]  # its own comes back
+        if not lost:
+            continue
         for supplier, (artifact, source) in sorted(last.items()):
-            for owner, where in sorted(victims.items()):
-                if owner in last:
-                    continue  # its own entry is what DIR holds in the end
-                who = f"installed distribution {owner}" if owner else "the environment (no RECORD lists it)"
-                if where != path:
-                    who = f"{owner} ({where})"
-                out.append(Finding(supplier, artifact, CRITICAL, "overwrites-other", source, None,
-                                   f"{supplier} would make pip delete {path} (pip install --target --upgrade "
-                                   f"removes an entry of that name whole before it moves the new one in): it "
-                                   f"holds files of {who}", path))
+            out.append(Finding(supplier, artifact, CRITICAL, "overwrites-other", source, None,
+                               f"{supplier} would make pip delete {path} (pip install --target --upgrade "
+                               f"removes an entry of that name whole before it moves the new one in): it "
+                               f"holds files of {', '.join(lost)}", path))
     return out
 
 
