@@ -1064,3 +1064,17 @@ def test_target_dirs_run_no_nspkg_line_and_forget_leftover_records(tmp_path, tar
     found = gate.check_ownership([other], layout, replaces_entries=True)
     assert [f.message for f in found if "victim2" not in f.package] == [] and \
         not [f for f in found if "installed distribution victim" in f.message], found
+
+
+def test_a_file_replaced_by_the_same_bytes_is_no_overwrite(tmp_path, target):
+    """Distributions of one family ship some files alike (opencensus' and dbt's shared
+    __init__.py): the same bytes over the same bytes lose nothing; one byte more is critical."""
+    same = _wheel(tmp_path, "s", {"othpkg/__init__.py": b"GOOD = 1\n", "twin/__init__.py": b""}, name="twin")
+    assert gate.check_ownership([same], target) == []
+    a = _wheel(tmp_path, "a", {"family/common.py": b"X = 1\n"}, name="fam_a")
+    b = _wheel(tmp_path, "b", {"family/common.py": b"X = 1\n"}, name="fam_b")
+    assert gate.check_ownership([a, b], target) == []
+    c = _wheel(tmp_path, "c", {"family/common.py": b"X = 2\n"}, name="fam_c")
+    assert [f.package for f in gate.check_ownership([a, c], target)] == ["fam-c"]
+    changed = _wheel(tmp_path, "d", {"othpkg/__init__.py": b"GOOD = 1 \n"}, name="twin2")
+    assert [f.rule for f in gate.check_ownership([changed], target)] == ["overwrites-other"]

@@ -333,17 +333,22 @@ def check_ownership(wheels: Sequence[WheelToInstall], target: TargetLayout, *,
             findings += _nspkg_takeovers(name, artifact, namespaces, roots, installed, everyone, read)
             findings += _under_an_installed_nspkg(name, artifact, files, dirs, lines, read)
         for dest, source in files:
-            # a namespace's shared pkgutil/pkg_resources __init__.py, replaced by another: no loss
-            shared_shim = os.path.basename(dest) == "__init__.py" and read.shim(dest, (paths[artifact], source))
+            # no loss: a namespace's shared pkgutil/pkg_resources __init__.py replaced by another,
+            # or a file replaced by the very same bytes (distributions of one family ship some)
+            mine = (paths[artifact], source)
+            shared_shim = os.path.basename(dest) == "__init__.py" and read.shim(dest, mine)
+            here = os.path.lexists(dest) and not (shared_shim and read.shim(dest, on_disk=True)) \
+                and not read.same(dest, mine)
             owner = installed.get(dest)
             other: Optional[str] = None
-            if owner is not None and owner != name and not (shared_shim and read.shim(dest, on_disk=True)):
+            if owner is not None and owner != name and here:
                 other = f"installed distribution {owner} (its RECORD lists it)"
-            elif owner is None and os.path.lexists(dest) and not (shared_shim and read.shim(dest, on_disk=True)):
+            elif owner is None and here:
                 other = "the environment (a file no installed distribution's RECORD lists)"
             previous = claimed.get(dest)
-            if previous is not None and previous[0] != name \
-                    and not (shared_shim and read.shim(dest, (previous[2], previous[3]))):
+            if previous is not None and previous[0] != name and not (
+                    shared_shim and read.shim(dest, (previous[2], previous[3]))) \
+                    and not read.same(dest, mine, (previous[2], previous[3])):
                 other = f"{previous[0]} ({previous[1]}, in the same install)"
             claimed.setdefault(dest, (name, artifact, paths[artifact], source))
             if other:
@@ -379,6 +384,13 @@ class _Reader:
                 return fh.read(self.LIMIT + 1)
         except (OSError, KeyError, zipfile.BadZipFile):
             return None
+
+    def same(self, path: str, member: Tuple[str, str], other: Optional[Tuple[str, str]] = None) -> bool:
+        """Would ``member`` (wheel, member name) write exactly the bytes ``path`` holds (or the
+        ``other`` wheel's member would)? Compared up to :data:`LIMIT` bytes, else never."""
+        mine = self._read(path, member)
+        theirs = self._read(path, other)
+        return mine is not None and mine == theirs and len(mine) <= self.LIMIT
 
     def shim(self, path: str, member: Optional[Tuple[str, str]] = None, on_disk: bool = False) -> bool:
         """Is this ``__init__.py`` an old-style namespace package's (:func:`namespace_shim`)?
