@@ -995,6 +995,7 @@ SHIMS = {
     "pkgutil": "__path__ = __import__('pkgutil').extend_path(__path__, __name__)\n",
     "pkgutil import": '"""The namespace."""\nfrom pkgutil import extend_path\n__path__ = extend_path(__path__, __name__)\n',
     "pkg_resources": "__import__('pkg_resources').declare_namespace(__name__)\n",
+    "pkg_resources import": "from pkg_resources import declare_namespace\ndeclare_namespace(__name__)\n",
     "both": ("try:\n    __import__('pkg_resources').declare_namespace(__name__)\nexcept ImportError:\n"
              "    from pkgutil import extend_path\n    __path__ = extend_path(__path__, __name__)\n"),
 }
@@ -1078,3 +1079,22 @@ def test_a_file_replaced_by_the_same_bytes_is_no_overwrite(tmp_path, target):
     assert [f.package for f in gate.check_ownership([a, c], target)] == ["fam-c"]
     changed = _wheel(tmp_path, "d", {"othpkg/__init__.py": b"GOOD = 1 \n"}, name="twin2")
     assert [f.rule for f in gate.check_ownership([changed], target)] == ["overwrites-other"]
+
+
+@pytest.mark.parametrize("source", [
+    "__path__ = __import__('pkgutil').extend_path(__import__('os').system('id') or __path__, __name__)\n",
+    "__import__('pkg_resources').declare_namespace(__import__('os').system('id'))\n",
+    "__path__ = __import__('os').extend_path(__path__, __name__)\n",
+    "import pkg_resources as extend_path\n__path__ = extend_path(__path__, __name__)\n",
+    "from pkgutil import extend_path as x\n__path__ = x(__path__, __name__)\n",
+    "from pkg_resources import *\ndeclare_namespace(__name__)\n",
+    "try:\n    __import__('pkg_resources').declare_namespace(__name__)\n"
+    "except __import__('os').system('id'):\n    pass\n",
+    "__path__ = (lambda: __import__('os').system('id'))().extend_path(__path__, __name__)\n",
+])
+def test_a_shim_that_runs_anything_else_is_no_shim(source):
+    """Only the idioms, with exactly `__path__`/`__name__` as arguments and the two modules by
+    name: code hidden in an argument, a rebound name or an except clause makes it a package."""
+    from pipguard.gate.ownership import namespace_shim
+
+    assert namespace_shim(source.encode()) is False

@@ -414,27 +414,48 @@ def namespace_shim(source: bytes) -> bool:
     except (SyntaxError, ValueError):
         return False
 
+    modules = ("pkgutil", "pkg_resources")
+
+    def name(node: ast.AST, wanted: str) -> bool:
+        return isinstance(node, ast.Name) and node.id == wanted
+
+    def module(node: ast.AST) -> bool:
+        """``pkgutil``, ``pkg_resources`` or ``__import__('pkgutil')``: nothing else runs."""
+        if isinstance(node, ast.Name):
+            return node.id in modules
+        return isinstance(node, ast.Call) and name(node.func, "__import__") and not node.keywords \
+            and len(node.args) == 1 and isinstance(node.args[0], ast.Constant) and node.args[0].value in modules
+
+    def exactly(call: ast.AST, function: str, *args: str) -> bool:
+        """``[module.]function(args...)`` with exactly these names as its arguments."""
+        if not isinstance(call, ast.Call) or call.keywords or len(call.args) != len(args) \
+                or not all(name(a, wanted) for a, wanted in zip(call.args, args)):
+            return False
+        target = call.func
+        return name(target, function) or (isinstance(target, ast.Attribute) and target.attr == function
+                                          and module(target.value))
+
     def allowed(statement: ast.stmt) -> bool:
         if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
             return isinstance(statement.value.value, str)  # a docstring
-        if isinstance(statement, (ast.Import, ast.ImportFrom)):
-            modules = [statement.module or ""] if isinstance(statement, ast.ImportFrom) else \
-                [alias.name for alias in statement.names]
-            return all(m in ("pkgutil", "pkg_resources") for m in modules)
-        if isinstance(statement, ast.Try):
-            return all(allowed(s) for s in [*statement.body, *statement.orelse, *statement.finalbody,
-                                            *(s for h in statement.handlers for s in h.body)])
+        if isinstance(statement, ast.Import):  # import pkgutil / pkg_resources, by their names
+            return all(alias.name in modules and alias.asname is None for alias in statement.names)
+        if isinstance(statement, ast.ImportFrom):  # from pkgutil import extend_path, by its name
+            wanted = {"pkgutil": "extend_path", "pkg_resources": "declare_namespace"}.get(statement.module or "")
+            return wanted is not None and not statement.level and all(
+                alias.name == wanted and alias.asname is None for alias in statement.names)
+        if isinstance(statement, ast.Try):  # the other way as the fallback; handlers by plain names
+            return all(h.type is None or (isinstance(h.type, ast.Name) and h.type.id in (
+                "ImportError", "ModuleNotFoundError", "Exception")) for h in statement.handlers) \
+                and all(h.name is None for h in statement.handlers) \
+                and all(allowed(s) for s in [*statement.body, *statement.orelse, *statement.finalbody,
+                                             *(s for h in statement.handlers for s in h.body)])
         if isinstance(statement, ast.Pass):
             return True
-        call = statement.value if isinstance(statement, (ast.Expr, ast.Assign)) else None
-        if not isinstance(call, ast.Call):
-            return False
-        function = call.func.attr if isinstance(call.func, ast.Attribute) else \
-            call.func.id if isinstance(call.func, ast.Name) else ""
         if isinstance(statement, ast.Assign):
-            targets = [t.id for t in statement.targets if isinstance(t, ast.Name)]
-            return targets == ["__path__"] and function == "extend_path"
-        return function == "declare_namespace"
+            return len(statement.targets) == 1 and name(statement.targets[0], "__path__") \
+                and exactly(statement.value, "extend_path", "__path__", "__name__")
+        return isinstance(statement, ast.Expr) and exactly(statement.value, "declare_namespace", "__name__")
 
     return bool(tree.body) and all(allowed(statement) for statement in tree.body)
 
