@@ -1098,3 +1098,46 @@ def test_a_shim_that_runs_anything_else_is_no_shim(source):
     from pipguard.gate.ownership import namespace_shim
 
     assert namespace_shim(source.encode()) is False
+
+
+@pytest.fixture
+def co_owned_target(tmp_path):
+    """A venv where `aaa_helper` 1.0 was let in with a byte-identical copy of `victim/api.py`
+    (and `ns/__init__.py`, a namespace shim): both RECORDs list those files now, and
+    `aaa_helper` sorts first."""
+    wheels = tmp_path / "co"
+    wheels.mkdir()
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    api = b"def get(url):\n    return 'real'\n"
+    victim = make_wheel(wheels, {"victim/__init__.py": b"", "victim/api.py": api,
+                                 "ns/__init__.py": SHIMS["pkgutil"].encode(), "ns/victim.py": b""}, name="victim")
+    helper = make_wheel(wheels, {"victim/api.py": api, "ns/__init__.py": SHIMS["pkg_resources"].encode(),
+                                 "aaa_helper/__init__.py": b""}, name="aaa_helper")
+    layout_python = str(venv / "bin" / "python")
+    for wheel in (victim, helper):
+        proc = subprocess.run([sys.executable, "-m", "pip", "--python", layout_python, "install", "-q", "--no-deps",
+                               "--no-index", str(wheel)], env=support.clean_env(tmp_path / "home"),
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+    return gate.target_layout(layout_python)
+
+
+def test_a_file_let_in_as_the_same_bytes_is_not_its_to_change(tmp_path, co_owned_target):
+    """The two-step takeover: a wheel let in with another distribution's file byte for byte (or
+    a namespace shim) is listed in two RECORDs; its next version changing that file is still
+    an overwrite of the other's, whichever distribution's name sorts first."""
+    found = gate.check_ownership([_wheel(tmp_path, "h11", {
+        "victim/api.py": b"import os\nos.system('id')\n", "aaa_helper/__init__.py": b""},
+        name="aaa_helper", version="1.1")], co_owned_target)
+    assert [(f.rule, f.member) for f in found] == [("overwrites-other", "victim/api.py")], found
+    assert "victim" in found[0].message
+    found = gate.check_ownership([_wheel(tmp_path, "h12", {
+        "ns/__init__.py": b"import os\nos.system('id')\n", "aaa_helper/__init__.py": b""},
+        name="aaa_helper", version="1.2")], co_owned_target)
+    assert [(f.rule, f.member) for f in found] == [("overwrites-other", "ns/__init__.py")], found
+    # beside the co-owned module: still the other's import to take over
+    found = gate.check_ownership([_wheel(tmp_path, "h13", {
+        "victim/api.cpython-311-x86_64-linux-gnu.so": b"\x7fELF", "aaa_helper/__init__.py": b""},
+        name="aaa_helper", version="1.3")], co_owned_target)
+    assert [f.rule for f in found] == ["shadows-other"], found

@@ -143,11 +143,33 @@ def _real_dirs(layout: TargetLayout) -> Dict[str, str]:
     return {k: os.path.realpath(layout.scheme(k)) for k in SCHEMES}
 
 
-def installed_owners(layout: TargetLayout) -> Dict[str, str]:
+class Owners(Dict[str, str]):
+    """``{absolute path: canonical project name}``: the first distribution (by its
+    ``.dist-info`` name) whose RECORD lists the path; :meth:`of` gives all of them. A file two
+    RECORDs list is shared: neither distribution may change it as its own (a wheel let in with
+    the same bytes as another's file would otherwise own it, and change it in its next version)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shared: Dict[str, FrozenSet[str]] = {}
+
+    def add(self, path: str, name: str) -> None:
+        first = self.setdefault(path, name)
+        if first != name:
+            self.shared[path] = self.shared.get(path, frozenset({first})) | {name}
+
+    def of(self, path: str) -> FrozenSet[str]:
+        """Every distribution whose RECORD lists ``path``."""
+        if path in self.shared:
+            return self.shared[path]
+        return frozenset({self[path]}) if path in self else frozenset()
+
+
+def installed_owners(layout: TargetLayout) -> Owners:
     """``{absolute path: canonical project name}`` from every ``*.dist-info/RECORD`` in the
-    target's purelib and platlib (RECORD paths are relative to that directory)."""
+    target's purelib and platlib (RECORD paths are relative to that directory); :class:`Owners`."""
     dirs = _real_dirs(layout)
-    owners: Dict[str, str] = {}
+    owners = Owners()
     for site in dict.fromkeys((dirs["purelib"], dirs["platlib"])):
         try:
             entries = sorted(os.listdir(site))
@@ -165,7 +187,7 @@ def installed_owners(layout: TargetLayout) -> Dict[str, str]:
                 continue  # no readable RECORD: pip cannot uninstall it either
             for row in rows:
                 if row and row[0]:
-                    owners.setdefault(_norm(_record_base(layout, site, row[0]), row[0]), name)
+                    owners.add(_norm(_record_base(layout, site, row[0]), row[0]), name)
     return owners
 
 
@@ -201,16 +223,17 @@ def import_name(site_path: str) -> Optional[str]:
     return stem if dot and importable and stem.isidentifier() else None
 
 
-def _roots_present(dirs: Dict[str, str], installed: Dict[str, str]) -> Dict[str, Dict[str, Tuple[str, bool]]]:
-    """import name -> {top-level entry of a site directory: (its owner, is a directory)} for
-    what the target holds now (owner: the distribution whose RECORD lists a file of it, else
-    ``""``: the environment)."""
-    owner_of_root: Dict[str, str] = {}
-    for path, owner in installed.items():
+def _roots_present(dirs: Dict[str, str], installed: Owners) -> Dict[str, Dict[str, Tuple[FrozenSet[str], bool]]]:
+    """import name -> {top-level entry of a site directory: (its owners, is a directory)} for
+    what the target holds now (owners: the distributions whose RECORDs list a file of it; none:
+    the environment's)."""
+    owners_of_root: Dict[str, FrozenSet[str]] = {}
+    for path in installed:
         for site in (dirs["purelib"], dirs["platlib"]):
             if path.startswith(site.rstrip(os.sep) + os.sep):
-                owner_of_root.setdefault(os.path.join(site, os.path.relpath(path, site).split(os.sep)[0]), owner)
-    out: Dict[str, Dict[str, Tuple[str, bool]]] = {}
+                root = os.path.join(site, os.path.relpath(path, site).split(os.sep)[0])
+                owners_of_root[root] = owners_of_root.get(root, frozenset()) | installed.of(path)
+    out: Dict[str, Dict[str, Tuple[FrozenSet[str], bool]]] = {}
     for site in dict.fromkeys((dirs["purelib"], dirs["platlib"])):
         try:
             entries = os.listdir(site)
@@ -221,7 +244,7 @@ def _roots_present(dirs: Dict[str, str], installed: Dict[str, str]) -> Dict[str,
             is_dir = os.path.isdir(root) and not os.path.islink(root)
             name = import_name(entry + ("/x" if is_dir else ""))
             if name is not None:
-                out.setdefault(name, {})[root] = (owner_of_root.get(root, ""), is_dir)
+                out.setdefault(name, {})[root] = (owners_of_root.get(root, frozenset()), is_dir)
     return out
 
 
@@ -339,11 +362,11 @@ def check_ownership(wheels: Sequence[WheelToInstall], target: TargetLayout, *,
             shared_shim = os.path.basename(dest) == "__init__.py" and read.shim(dest, mine)
             here = os.path.lexists(dest) and not (shared_shim and read.shim(dest, on_disk=True)) \
                 and not read.same(dest, mine)
-            owner = installed.get(dest)
+            others = sorted(installed.of(dest) - {name})
             other: Optional[str] = None
-            if owner is not None and owner != name and here:
-                other = f"installed distribution {owner} (its RECORD lists it)"
-            elif owner is None and here:
+            if others and here:
+                other = f"installed distribution {', '.join(others)} (its RECORD lists it)"
+            elif dest not in installed and here:
                 other = "the environment (a file no installed distribution's RECORD lists)"
             previous = claimed.get(dest)
             if previous is not None and previous[0] != name and not (
@@ -481,17 +504,19 @@ def _regular_module(root: str, namespace: str, files: Dict[str, str], read: Opti
     return None
 
 
-def _owner_of(path: str, installed: Dict[str, str], everyone: Dict[str, str]) -> Tuple[str, str]:
-    """(the distribution a file belongs to, how to say it)."""
+def _other_owner(path: str, name: str, installed: Owners, everyone: Dict[str, str]) -> Optional[str]:
+    """Who besides ``name`` a file belongs to, said for a finding; None when only to ``name``
+    (a file another distribution's RECORD lists too is also that one's)."""
     if path in everyone:
-        return everyone[path], f"{everyone[path]} (in the same install)"
+        return None if everyone[path] == name else f"{everyone[path]} (in the same install)"
     if path in installed:
-        return installed[path], f"installed distribution {installed[path]}"
-    return "", "the environment (no RECORD lists it)"
+        others = sorted(installed.of(path) - {name})
+        return f"installed distribution {', '.join(others)}" if others else None
+    return "the environment (no RECORD lists it)"
 
 
 def _nspkg_takeovers(name: str, artifact: str, namespaces: List[Tuple[str, str]], roots: Sequence[str],
-                     installed: Dict[str, str], everyone: Dict[str, str], read: _Reader) -> list:
+                     installed: Owners, everyone: Dict[str, str], read: _Reader) -> list:
     """Critical ``shadows-other`` for each namespace a wheel's nspkg ``.pth`` line registers
     that is another distribution's *regular* package or module anywhere on the interpreter's
     import path (``roots``): at every start the line puts in ``sys.modules`` a module made from
@@ -507,8 +532,8 @@ def _nspkg_takeovers(name: str, artifact: str, namespaces: List[Tuple[str, str]]
             regular = _regular_module(root, namespace, everyone, read)
             if regular is None:
                 continue
-            owner, who = _owner_of(regular, installed, everyone)
-            if owner == name:
+            who = _other_owner(regular, name, installed, everyone)
+            if who is None:
                 continue  # its own: not a namespace it takes from anyone
             out.append(Finding(name, artifact, CRITICAL, "shadows-other", member, None,
                                f"{name}'s nspkg start-up hook registers {namespace!r} at every interpreter start, "
@@ -518,7 +543,7 @@ def _nspkg_takeovers(name: str, artifact: str, namespaces: List[Tuple[str, str]]
     return out
 
 
-def installed_nspkg_lines(dirs: Dict[str, str], installed: Dict[str, str]) -> List[Tuple[str, str, str]]:
+def installed_nspkg_lines(dirs: Dict[str, str], installed: Owners) -> List[Tuple[str, str, str]]:
     """``[(namespace, the .pth file, its distribution)]`` of the nspkg lines already in the
     target's site directories (a few small files: read at most 1 MiB each)."""
     found = []
@@ -563,7 +588,7 @@ def _under_an_installed_nspkg(name: str, artifact: str, files: List[Tuple[str, s
     return out
 
 
-def _target_replacements(parsed: list, target_dir: str, installed: Dict[str, str]) -> list:
+def _target_replacements(parsed: list, target_dir: str, installed: Owners) -> list:
     """``pip install --target DIR --upgrade`` (pip's ``_handle_target_dir``): pip installs every
     wheel into a temporary home, then moves each top-level entry of its ``lib/python`` and then
     each of the home itself (the data scheme's files, ``bin``, ``include``) into DIR, removing
@@ -597,8 +622,8 @@ def _target_replacements(parsed: list, target_dir: str, installed: Dict[str, str
         if os.path.lexists(path) and not os.path.islink(path):
             # what its RECORD lists and is still there: an earlier --upgrade may have taken the
             # rest (a distribution's RECORD outlives the files pip replaced under it)
-            owners = {owner for held, owner in installed.items()
-                      if (held == path or held.startswith(path + os.sep)) and os.path.lexists(held)}
+            owners = {owner for held in installed if (held == path or held.startswith(path + os.sep))
+                      and os.path.lexists(held) for owner in installed.of(held)}
             for owner in owners or {""}:
                 victims[owner] = path
         if home:
@@ -618,7 +643,7 @@ def _target_replacements(parsed: list, target_dir: str, installed: Dict[str, str
 
 
 def _shadowing_inside(name: str, artifact: str, files: List[Tuple[str, str]], dirs: Dict[str, str],
-                      installed: Dict[str, str], everyone: Dict[str, str]) -> list:
+                      installed: Owners, everyone: Dict[str, str]) -> list:
     """Critical ``shadows-other`` for each module the wheel would put inside a package directory
     beside another distribution's module of the same name: Python's finder takes one of them by
     kind (a package with an ``__init__``, then an extension module, then source, then bytecode),
@@ -647,8 +672,8 @@ def _shadowing_inside(name: str, artifact: str, files: List[Tuple[str, str]], di
                 other = os.path.join(where, entry)
                 if other == dest or os.path.isdir(other) or import_name(entry) != wanted:
                     continue
-                owner, who = _owner_of(other, installed, everyone)
-                if owner == name or (other, dest) in said:
+                who = _other_owner(other, name, installed, everyone)
+                if who is None or (other, dest) in said:
                     continue
                 said.add((other, dest))
                 out.append(Finding(name, artifact, CRITICAL, "shadows-other", source, None,
@@ -660,7 +685,7 @@ def _shadowing_inside(name: str, artifact: str, files: List[Tuple[str, str]], di
 
 
 def _shadowing(name: str, artifact: str, files: List[Tuple[str, str]], dirs: Dict[str, str],
-               present: Dict[str, Dict[str, Tuple[str, bool]]]) -> list:
+               present: Dict[str, Dict[str, Tuple[FrozenSet[str], bool]]]) -> list:
     """Critical ``shadows-other`` for each top-level entry the wheel would put beside another
     distribution's entry of the same import name (``othpkg/`` beside ``othpkg.py``: Python's
     finder takes the package directory, then extension modules, then ``.py``, so the new one
@@ -681,16 +706,17 @@ def _shadowing(name: str, artifact: str, files: List[Tuple[str, str]], dirs: Dic
                 if top is not None:
                     mine.setdefault(os.path.join(site, rel.split(os.sep)[0]), (top, os.sep in rel, source))
     for root, (top, is_dir, source) in sorted(mine.items()):
-        for other, (owner, other_is_dir) in sorted(present.get(top, {}).items()):
-            if other == root or owner == name or (is_dir and other_is_dir):
+        for other, (owners, other_is_dir) in sorted(present.get(top, {}).items()):
+            if other == root or owners == {name} or (is_dir and other_is_dir):
                 continue
-            if {name, owner} <= DESIGNED_SHARING.get(top, frozenset()):
+            if owners | {name} <= DESIGNED_SHARING.get(top, frozenset()) and owners:
                 continue
-            who = f"installed distribution {owner}" if owner else "the environment (no RECORD lists it)"
+            others = sorted(owners - {name})
+            who = f"installed distribution {', '.join(others)}" if others else "the environment (no RECORD lists it)"
             out.append(Finding(name, artifact, CRITICAL, "shadows-other", source, None,
                                f"{name} would install {os.path.basename(root)}{'/' if is_dir else ''} beside "
                                f"{os.path.basename(other)} of {who}: it takes over `import {top}` without "
                                "overwriting a file", root))
     for root, (top, is_dir, _source) in mine.items():
-        present.setdefault(top, {}).setdefault(root, (name, is_dir))
+        present.setdefault(top, {}).setdefault(root, (frozenset({name}), is_dir))
     return out
