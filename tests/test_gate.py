@@ -996,6 +996,9 @@ SHIMS = {
     "pkgutil import": '"""The namespace."""\nfrom pkgutil import extend_path\n__path__ = extend_path(__path__, __name__)\n',
     "pkg_resources": "__import__('pkg_resources').declare_namespace(__name__)\n",
     "pkg_resources import": "from pkg_resources import declare_namespace\ndeclare_namespace(__name__)\n",
+    "google style": ("try:\n    import pkg_resources\n    pkg_resources.declare_namespace(__name__)\n"
+                     "except (ImportError, AttributeError):\n    import pkgutil\n"
+                     "    __path__ = pkgutil.extend_path(__path__, __name__)  # type: ignore\n"),
     "both": ("try:\n    __import__('pkg_resources').declare_namespace(__name__)\nexcept ImportError:\n"
              "    from pkgutil import extend_path\n    __path__ = extend_path(__path__, __name__)\n"),
 }

@@ -468,8 +468,9 @@ def namespace_shim(source: bytes) -> bool:
             return wanted is not None and not statement.level and all(
                 alias.name == wanted and alias.asname is None for alias in statement.names)
         if isinstance(statement, ast.Try):  # the other way as the fallback; handlers by plain names
-            return all(h.type is None or (isinstance(h.type, ast.Name) and h.type.id in (
-                "ImportError", "ModuleNotFoundError", "Exception")) for h in statement.handlers) \
+            return all(h.type is None or all(isinstance(t, ast.Name) and t.id in (
+                "ImportError", "ModuleNotFoundError", "AttributeError", "Exception")
+                for t in (h.type.elts if isinstance(h.type, ast.Tuple) else [h.type])) for h in statement.handlers) \
                 and all(h.name is None for h in statement.handlers) \
                 and all(allowed(s) for s in [*statement.body, *statement.orelse, *statement.finalbody,
                                              *(s for h in statement.handlers for s in h.body)])
