@@ -1010,7 +1010,7 @@ SHIMS = {
                                           ("VALUE = 1\n", False), ("", False), ("def (:\n", False),
                                           ("__path__ = evil(__path__)\n", False)])
 def test_a_namespace_shim_is_told_from_a_package(source, shim):
-    from pipguard.gate.ownership import namespace_shim
+    from pipguard.gate.namespaces import namespace_shim
 
     assert namespace_shim(source.encode()) is shim
 
@@ -1098,7 +1098,7 @@ def test_a_file_replaced_by_the_same_bytes_is_no_overwrite(tmp_path, target):
 def test_a_shim_that_runs_anything_else_is_no_shim(source):
     """Only the idioms, with exactly `__path__`/`__name__` as arguments and the two modules by
     name: code hidden in an argument, a rebound name or an except clause makes it a package."""
-    from pipguard.gate.ownership import namespace_shim
+    from pipguard.gate.namespaces import namespace_shim
 
     assert namespace_shim(source.encode()) is False
 

@@ -2,7 +2,8 @@
 
 ``scan`` holds the archive rules, ``findings`` the ``Finding`` and its severities (shared by
 the rules and ``ownership``: what an install would overwrite), ``pthshapes`` the known
-``.pth`` start-up hooks, ``wheelpaths`` where pip writes each member, ``coremeta`` core
+``.pth`` start-up hooks, ``namespaces`` namespace packages as an install leaves them (nspkg
+lines, shim ``__init__``, regular packages), ``wheelpaths`` where pip writes each member, ``coremeta`` core
 metadata as pip reads it, ``cache`` findings remembered by content; and what a hook call may
 not change in the tree it builds: ``srcguard`` (version-control state, the files pipguard
 reads; the check after each call), ``projecttree`` (the user's project tree: files run later,

@@ -29,7 +29,8 @@ from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 from packaging.utils import canonicalize_name
 
 from pipguard.errors import PipError, UsageError
-from pipguard.gate.wheelpaths import ROOT, SCHEME_KEYS, place, script_entries, script_names, site_rel
+from pipguard.gate.namespaces import FileReader, entries, nspkg_namespaces, regular_module
+from pipguard.gate.wheelpaths import ROOT, SCHEME_KEYS, import_name, place, script_entries, script_names, site_rel
 
 __all__ = ["TargetLayout", "WheelToInstall", "check_ownership", "installed_owners", "target_layout"]
 
@@ -211,18 +212,6 @@ def _installed_name(info: str, entry: str) -> str:
     return canonicalize_name(name or entry[:-len(".dist-info")].rsplit("-", 1)[0])
 
 
-def import_name(site_path: str) -> Optional[str]:
-    """The top-level name ``import`` finds for a path below a site directory (``pkg/x.py`` and
-    ``mod.py``, ``mod.cpython-312-x86_64-linux-gnu.so``: ``pkg``, ``mod``); None for what no
-    import finds there (``x.dist-info/``, ``x.pth``, ``__pycache__``)."""
-    first, _, rest = site_path.partition("/")
-    if rest:
-        return first if first.isidentifier() and first != "__pycache__" else None
-    stem, dot, suffix = first.partition(".")
-    importable = suffix in ("py", "pyc", "pyw") or suffix.endswith((".so", ".pyd")) or suffix in ("so", "pyd")
-    return stem if dot and importable and stem.isidentifier() else None
-
-
 def _roots_present(dirs: Dict[str, str], installed: Owners) -> Dict[str, Dict[str, Tuple[FrozenSet[str], bool]]]:
     """import name -> {top-level entry of a site directory: (its owners, is a directory)} for
     what the target holds now (owners: the distributions whose RECORDs list a file of it; none:
@@ -281,7 +270,7 @@ def _wheel_files(path: str, dirs: Dict[str, str], moved_home: bool = False
                 continue  # a directory; or a member pip refuses (the gate reports it)
             site_path = site_rel(placed)  # the data scheme's site-packages too
             if site_path is not None and "/" not in site_path and site_path.lower().endswith(".pth"):
-                namespaces += [(member, ns) for ns in _nspkg_namespaces(zf.read(member)[:1 << 20])]
+                namespaces += [(member, ns) for ns in nspkg_namespaces(zf.read(member)[:1 << 20])]
             if placed.scheme == ROOT:
                 out.append((_norm(root, placed.path), member))
             elif moved_home and placed.scheme == "data" and placed.path.split("/")[0] == "lib":
@@ -298,21 +287,6 @@ def _wheel_files(path: str, dirs: Dict[str, str], moved_home: bool = False
                 for written in script_names(entry.name, entry.value):  # what each supported pip writes
                     out.append((_norm(dirs["scripts"], written), f"[{entry.section}] {entry.name} ({ep})"))
     return name, out, namespaces
-
-
-def _nspkg_namespaces(data: bytes) -> List[str]:
-    """The namespaces a ``.pth`` file's setuptools nspkg lines register (:mod:`pthshapes`), its
-    lines read as every ``site.py`` may read them (a UTF-8 BOM, the other line breaks)."""
-    from pipguard.gate import pthshapes
-    from pipguard.gate.startup import decode_lines
-
-    found = []
-    for _number, line in decode_lines(data):
-        if line.startswith(("import ", "import\t")):
-            shape = pthshapes.match_line(line)
-            if shape is not None and shape.shape.key == "nspkg":
-                found.append(str(shape.details["namespace"]))
-    return list(dict.fromkeys(found))
 
 
 def check_ownership(wheels: Sequence[WheelToInstall], target: TargetLayout, *,
@@ -339,7 +313,7 @@ def check_ownership(wheels: Sequence[WheelToInstall], target: TargetLayout, *,
     findings: List[Finding] = []
     parsed = [(os.path.basename(wheel.path), *_wheel_files(wheel.path, dirs, target.moved_home)) for wheel in wheels]
     everyone = {dest: name for _, name, files, _ in parsed for dest, _ in files}
-    read = _Reader({dest: (wheel.path, source) for wheel, (_, _, files, _) in zip(wheels, parsed)
+    read = FileReader({dest: (wheel.path, source) for wheel, (_, _, files, _) in zip(wheels, parsed)
                     for dest, source in files})
     paths = {artifact: wheel.path for wheel, (artifact, _, _, _) in zip(wheels, parsed)}
     if replaces_entries:
@@ -381,130 +355,6 @@ def check_ownership(wheels: Sequence[WheelToInstall], target: TargetLayout, *,
     return findings
 
 
-def _entries(directory: str, files: Dict[str, str]) -> List[str]:
-    """The names in ``directory``, on disk and among ``files`` (an install's destinations)."""
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        names = []
-    return sorted(set(names) | {os.path.basename(d) for d in files if os.path.dirname(d) == directory})
-
-
-class _Reader:
-    """Small files of the target and of an install's wheels, read as pipguard (never run)."""
-
-    LIMIT = 64 * 1024
-
-    def __init__(self, members: Dict[str, Tuple[str, str]]) -> None:
-        self._members = members  # destination -> (wheel, member)
-
-    def _read(self, path: str, member: Optional[Tuple[str, str]]) -> Optional[bytes]:
-        try:
-            if member is None:
-                with open(path, "rb") as fh:
-                    return fh.read(self.LIMIT + 1)
-            with zipfile.ZipFile(member[0]) as zf, zf.open(member[1]) as fh:
-                return fh.read(self.LIMIT + 1)
-        except (OSError, KeyError, zipfile.BadZipFile):
-            return None
-
-    def same(self, path: str, member: Tuple[str, str], other: Optional[Tuple[str, str]] = None) -> bool:
-        """Would ``member`` (wheel, member name) write exactly the bytes ``path`` holds (or the
-        ``other`` wheel's member would)? Compared up to :data:`LIMIT` bytes, else never."""
-        mine = self._read(path, member)
-        theirs = self._read(path, other)
-        return mine is not None and mine == theirs and len(mine) <= self.LIMIT
-
-    def shim(self, path: str, member: Optional[Tuple[str, str]] = None, on_disk: bool = False) -> bool:
-        """Is this ``__init__.py`` an old-style namespace package's (:func:`namespace_shim`)?
-        ``member`` (wheel, member name): that wheel's; ``on_disk``: what the target holds now;
-        else what lands there (an install's wheel's, or the target's)."""
-        if member is None and not on_disk:
-            member = self._members.get(path)
-        data = self._read(path, member)
-        return data is not None and len(data) <= self.LIMIT and namespace_shim(data)
-
-
-def namespace_shim(source: bytes) -> bool:
-    """An ``__init__.py`` that only makes its package a namespace (pkgutil's ``extend_path``,
-    pkg_resources' ``declare_namespace``, each with the other as its fallback), read with
-    ``ast``: distributions of one namespace each ship it (backports, jaraco, sphinxcontrib, old
-    zope and google), and an nspkg line beside it imports as designed."""
-    import ast
-
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return False
-
-    modules = ("pkgutil", "pkg_resources")
-
-    def name(node: ast.AST, wanted: str) -> bool:
-        return isinstance(node, ast.Name) and node.id == wanted
-
-    def module(node: ast.AST) -> bool:
-        """``pkgutil``, ``pkg_resources`` or ``__import__('pkgutil')``: nothing else runs."""
-        if isinstance(node, ast.Name):
-            return node.id in modules
-        return isinstance(node, ast.Call) and name(node.func, "__import__") and not node.keywords \
-            and len(node.args) == 1 and isinstance(node.args[0], ast.Constant) and node.args[0].value in modules
-
-    def exactly(call: ast.AST, function: str, *args: str) -> bool:
-        """``[module.]function(args...)`` with exactly these names as its arguments."""
-        if not isinstance(call, ast.Call) or call.keywords or len(call.args) != len(args) \
-                or not all(name(a, wanted) for a, wanted in zip(call.args, args)):
-            return False
-        target = call.func
-        return name(target, function) or (isinstance(target, ast.Attribute) and target.attr == function
-                                          and module(target.value))
-
-    def allowed(statement: ast.stmt) -> bool:
-        if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
-            return isinstance(statement.value.value, str)  # a docstring
-        if isinstance(statement, ast.Import):  # import pkgutil / pkg_resources, by their names
-            return all(alias.name in modules and alias.asname is None for alias in statement.names)
-        if isinstance(statement, ast.ImportFrom):  # from pkgutil import extend_path, by its name
-            wanted = {"pkgutil": "extend_path", "pkg_resources": "declare_namespace"}.get(statement.module or "")
-            return wanted is not None and not statement.level and all(
-                alias.name == wanted and alias.asname is None for alias in statement.names)
-        if isinstance(statement, ast.Try):  # the other way as the fallback; handlers by plain names
-            return all(h.type is None or all(isinstance(t, ast.Name) and t.id in (
-                "ImportError", "ModuleNotFoundError", "AttributeError", "Exception")
-                for t in (h.type.elts if isinstance(h.type, ast.Tuple) else [h.type])) for h in statement.handlers) \
-                and all(h.name is None for h in statement.handlers) \
-                and all(allowed(s) for s in [*statement.body, *statement.orelse, *statement.finalbody,
-                                             *(s for h in statement.handlers for s in h.body)])
-        if isinstance(statement, ast.Pass):
-            return True
-        if isinstance(statement, ast.Assign):
-            return len(statement.targets) == 1 and name(statement.targets[0], "__path__") \
-                and exactly(statement.value, "extend_path", "__path__", "__name__")
-        return isinstance(statement, ast.Expr) and exactly(statement.value, "declare_namespace", "__name__")
-
-    return bool(tree.body) and all(allowed(statement) for statement in tree.body)
-
-
-def _regular_module(root: str, namespace: str, files: Dict[str, str], read: Optional[_Reader] = None
-                    ) -> Optional[str]:
-    """The path of a regular package or module named ``namespace`` below the import root
-    ``root`` (its ``__init__``, compiled ones included, or the module file), on disk or among
-    ``files``, else None. A namespace shim ``__init__.py`` (``read``) makes no regular package."""
-    parts = namespace.split(".")
-    parent = os.path.join(root, *parts[:-1])
-    package = os.path.join(parent, parts[-1])
-    for entry in _entries(package, files):
-        if import_name(entry) == "__init__":
-            found = os.path.join(package, entry)
-            if entry == "__init__.py" and read is not None and read.shim(found):
-                continue
-            return found
-    for entry in _entries(parent, files):
-        full = os.path.join(parent, entry)
-        if import_name(entry) == parts[-1] and not os.path.isdir(full):
-            return full
-    return None
-
-
 def _other_owner(path: str, name: str, installed: Owners, everyone: Dict[str, str]) -> Optional[str]:
     """Who besides ``name`` a file belongs to, said for a finding; None when only to ``name``
     (a file another distribution's RECORD lists too is also that one's)."""
@@ -517,7 +367,7 @@ def _other_owner(path: str, name: str, installed: Owners, everyone: Dict[str, st
 
 
 def _nspkg_takeovers(name: str, artifact: str, namespaces: List[Tuple[str, str]], roots: Sequence[str],
-                     installed: Owners, everyone: Dict[str, str], read: _Reader) -> list:
+                     installed: Owners, everyone: Dict[str, str], read: FileReader) -> list:
     """Critical ``shadows-other`` for each namespace a wheel's nspkg ``.pth`` line registers
     that is another distribution's *regular* package or module anywhere on the interpreter's
     import path (``roots``): at every start the line puts in ``sys.modules`` a module made from
@@ -530,7 +380,7 @@ def _nspkg_takeovers(name: str, artifact: str, namespaces: List[Tuple[str, str]]
     out = []
     for member, namespace in namespaces:
         for root in roots:
-            regular = _regular_module(root, namespace, everyone, read)
+            regular = regular_module(root, namespace, everyone, read)
             if regular is None:
                 continue
             who = _other_owner(regular, name, installed, everyone)
@@ -560,12 +410,12 @@ def installed_nspkg_lines(dirs: Dict[str, str], installed: Owners) -> List[Tuple
                     data = fh.read(1 << 20)
             except OSError:
                 continue
-            found += [(namespace, path, installed.get(path, "")) for namespace in _nspkg_namespaces(data)]
+            found += [(namespace, path, installed.get(path, "")) for namespace in nspkg_namespaces(data)]
     return found
 
 
 def _under_an_installed_nspkg(name: str, artifact: str, files: List[Tuple[str, str]], dirs: Dict[str, str],
-                              lines: List[Tuple[str, str, str]], read: _Reader) -> list:
+                              lines: List[Tuple[str, str, str]], read: FileReader) -> list:
     """Critical ``shadows-other`` for a wheel that would make a regular package or module of a
     namespace an installed nspkg line of another distribution registers: the line, installed
     first, takes over the package installed after it (never run, or replaced by that
@@ -578,7 +428,7 @@ def _under_an_installed_nspkg(name: str, artifact: str, files: List[Tuple[str, s
         if owner == name:
             continue
         for site in dict.fromkeys((dirs["purelib"], dirs["platlib"])):
-            regular = _regular_module(site, namespace, mine, read)
+            regular = regular_module(site, namespace, mine, read)
             if regular is not None and regular in mine:
                 who = f"installed distribution {owner}" if owner else "the environment (no RECORD lists it)"
                 out.append(Finding(name, artifact, CRITICAL, "shadows-other", os.path.relpath(regular, site), None,
@@ -668,7 +518,7 @@ def _shadowing_inside(name: str, artifact: str, files: List[Tuple[str, str]], di
             checks.append((os.path.dirname(directory), os.path.basename(directory)))  # a package beside a module
         for where, wanted in checks:
             if where not in listed:
-                listed[where] = _entries(where, everyone)
+                listed[where] = entries(where, everyone)
             for entry in listed[where]:
                 other = os.path.join(where, entry)
                 if other == dest or os.path.isdir(other) or import_name(entry) != wanted:

@@ -175,3 +175,15 @@ def unsafe_path(name: str) -> Optional[str]:
     if ".." in _split_parts(name):
         return "'..' component"
     return None
+
+
+def import_name(site_path: str) -> Optional[str]:
+    """The top-level name ``import`` finds for a path below a site directory (``pkg/x.py`` and
+    ``mod.py``, ``mod.cpython-312-x86_64-linux-gnu.so``: ``pkg``, ``mod``); None for what no
+    import finds there (``x.dist-info/``, ``x.pth``, ``__pycache__``)."""
+    first, _, rest = site_path.partition("/")
+    if rest:
+        return first if first.isidentifier() and first != "__pycache__" else None
+    stem, dot, suffix = first.partition(".")
+    importable = suffix in ("py", "pyc", "pyw") or suffix.endswith((".so", ".pyd")) or suffix in ("so", "pyd")
+    return stem if dot and importable and stem.isidentifier() else None
