@@ -137,6 +137,6 @@ def test_the_etc_split_is_what_a_fresh_split_gives():
     from pipguard.sandbox import plan as planning
     from pipguard import rules
 
-    first = planning._etc_entries()
-    assert planning._etc_entries() == first == planning.grants_excluding("/etc", rules.ETC_SECRETS)
+    first = planning.etc_entries()
+    assert planning.etc_entries() == first == planning.grants_excluding("/etc", rules.ETC_SECRETS)
     assert not set(first) & set(rules.ETC_SECRETS)

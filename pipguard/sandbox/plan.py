@@ -217,7 +217,7 @@ def split_unless_changed(root: str, excluded: Sequence[str]) -> List[str]:
     return entries
 
 
-def _etc_entries() -> List[str]:
+def etc_entries() -> List[str]:
     return split_unless_changed("/etc", rules.ETC_SECRETS)
 
 
@@ -538,7 +538,7 @@ def _os_layer(policy: Policy, facts: Any, roots: _Roots, homes: Sequence[str], h
     in the run's HOME unless the run directory made ahead has them)."""
     # System dirs never widen into a home (HOME=/opt/ci under /opt).
     system = [g for root in rules.SYSTEM_READ for g in grants_excluding(root, homes)]
-    readable = [*system, *_etc_entries(), *roots.read]
+    readable = [*system, *etc_entries(), *roots.read]
     namespace = None
     if in_ns:
         from pipguard.sandbox.backends.ns.decoys import HOME_DECOYS, plant_decoys

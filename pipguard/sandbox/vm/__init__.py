@@ -20,7 +20,7 @@ What the host builds for one run, and why each part is this way:
   bits and special files the guest sets are kept in ``user.virtfs.*`` extended
   attributes on the host, never applied during the run. A guest root can
   therefore not plant a setuid-root file or a device node in the build
-  directory. After the run (:func:`~pipguard.sandbox.vm.shares._settle_mapped`) the guest's permission
+  directory. After the run (:func:`~pipguard.sandbox.vm.shares.settle_mapped`) the guest's permission
   bits of regular files and directories are applied (as root without
   setuid/setgid/world-write, as the plain backend's sandbox-user cleanup
   leaves them), symlinks and special files stay the regular files QEMU made,

@@ -1,6 +1,6 @@
-"""QEMU's side of a boot: its command line (:func:`_qemu_argv`: the machine, the virtio-serial
+"""QEMU's side of a boot: its command line (:func:`qemu_argv`: the machine, the virtio-serial
 ports, the 9p shares, its seccomp sandbox; :func:`_qemu_escape`), the guest console's tail
-(:func:`_console_tail`), and whether KVM works here (:func:`kvm_status`: ``/dev/kvm`` opens and a
+(:func:`console_tail`), and whether KVM works here (:func:`kvm_status`: ``/dev/kvm`` opens and a
 probe guest reaches init, cached per host boot) behind the backend's :func:`probe`.
 
 Starts QEMU only for the probe boot. Imports the backend interface's ``Part``/``Probe``, the
@@ -21,7 +21,7 @@ from typing import List, Optional, Sequence, Tuple
 from pipguard.errors import PipguardError
 from pipguard.sandbox.backends import Part, Probe
 from pipguard.sandbox.vm.shares import Share
-from pipguard.sandbox.vm.tools import NAME, PROBE_OK, Tools, _write_atomic, cache_dir, find_tools, initramfs
+from pipguard.sandbox.vm.tools import NAME, PROBE_OK, Tools, write_atomic, cache_dir, find_tools, initramfs
 
 ACCELS = ("kvm", "tcg")
 #: i440fx boots faster than q35 under TCG here (7.2 s against 9.9 s to the
@@ -37,7 +37,7 @@ _ANSI = re.compile(r"\x1b\[[;?0-9]*[a-zA-Z]|\x1bc|\r")
 
 # -- qemu command lines -------------------------------------------------------
 
-def _qemu_argv(tools: Tools, initrd: str, accel: str, *, console: str, append: str = "",
+def qemu_argv(tools: Tools, initrd: str, accel: str, *, console: str, append: str = "",
                memory_mb: int = 512, ports: Sequence[Tuple[str, str]] = (),
                shares: Sequence[Tuple[str, Share]] = (), net_socket: Optional[str] = None) -> List[str]:
     argv = [tools.qemu, "-M", MACHINE, "-accel", accel, "-cpu", "host" if accel == "kvm" else "max",
@@ -66,7 +66,7 @@ def _qemu_escape(value: str) -> str:
     return value.replace(",", ",,")  # QEMU's option syntax
 
 
-def _console_tail(path: str) -> List[str]:
+def console_tail(path: str) -> List[str]:
     try:
         with open(path, "rb") as fh:
             fh.seek(max(0, os.fstat(fh.fileno()).st_size - 16384))
@@ -110,7 +110,7 @@ def kvm_status(tools: Tools, *, refresh: bool = False) -> Tuple[bool, str]:
         except (OSError, ValueError, KeyError):
             pass
     ok, reason = _probe_boot(tools)
-    _write_atomic(cached, json.dumps({"ok": ok, "reason": reason, "when": time.time()}).encode())
+    write_atomic(cached, json.dumps({"ok": ok, "reason": reason, "when": time.time()}).encode())
     return ok, reason
 
 
@@ -119,7 +119,7 @@ def _probe_boot(tools: Tools) -> Tuple[bool, str]:
 
     with tempfile.TemporaryDirectory(prefix="pipguard-kvm-probe-") as tmp:
         console = os.path.join(tmp, "console")
-        argv = _qemu_argv(tools, initramfs(tools), "kvm", console=console, append="pipguard.probe",
+        argv = qemu_argv(tools, initramfs(tools), "kvm", console=console, append="pipguard.probe",
                           memory_mb=256)
         started = time.monotonic()
         with open(os.path.join(tmp, "qemu.err"), "wb") as err:
@@ -130,7 +130,7 @@ def _probe_boot(tools: Tools) -> Tuple[bool, str]:
             proc.kill()
             proc.wait()
         took = time.monotonic() - started
-        tail = _console_tail(console)
+        tail = console_tail(console)
         if any(PROBE_OK in line for line in tail):
             return True, ""
         with open(os.path.join(tmp, "qemu.err"), "rb") as fh:

@@ -25,9 +25,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pipguard.errors import LayerUnavailable, PipguardError
 from pipguard.sandbox.backends import Probe
-from pipguard.sandbox.vm.qemu import MACHINE, _console_tail, _qemu_argv, kvm_status
+from pipguard.sandbox.vm.qemu import MACHINE, console_tail, kvm_status, qemu_argv
 from pipguard.sandbox.vm.relay import END
-from pipguard.sandbox.vm.shares import Share, _settle_mapped, _shares, _stage_etc, _system_layout
+from pipguard.sandbox.vm.shares import Share, settle_mapped, shares_of, stage_etc, system_layout
 from pipguard.sandbox.vm.tools import NAME, NINEP, Tools, find_tools, initramfs
 
 #: the report port's content is read up to this size (the guest is untrusted)
@@ -161,19 +161,19 @@ def run(argv: Sequence[str], policy, *, cwd: Optional[str] = None, env: Optional
 
 def _run_planned(plan, policy, tools: Tools, accel: str, source_env: Mapping[str, str],
                  record_build_dir: bool, notify, prelude: Optional[str], proxy):
-    from pipguard.sandbox.plan import _etc_entries as etc_entries
+    from pipguard.sandbox.plan import etc_entries
     from pipguard.sandbox.plan import scrub_env
 
     started_at = time.time()
     run_dir = plan.run_dir
     private = (plan.tmp_dir, plan.home_dir)
     write_roots = [r for r in plan.write_roots if r not in private]
-    system_dirs, links = _system_layout()
+    system_dirs, links = system_layout()
     read_roots = [*system_dirs, *plan.read_roots]
-    shares = _shares(read_roots, write_roots)
+    shares = shares_of(read_roots, write_roots)
     guest_dir = os.path.join(run_dir, "guest")
     os.mkdir(guest_dir, 0o700)
-    _stage_etc(os.path.join(run_dir, "etc"), etc_entries())
+    stage_etc(os.path.join(run_dir, "etc"), etc_entries())
 
     # What the guest's init reads (mounts.sh is generated: every path quoted)
     q = shlex.quote
@@ -216,13 +216,13 @@ def _run_planned(plan, policy, tools: Tools, accel: str, source_env: Mapping[str
     stderr, copy_err = _output_path(2, run_dir, "stderr.out")
     network = _Network.start(proxy, os.path.join(run_dir, "net.sock")) if proxy else None
     try:
-        qemu_argv = _qemu_argv(
+        argv = qemu_argv(
             tools, initramfs(tools), accel, console=console, memory_mb=_memory_mb(policy),
             ports=(("report", report_port), ("stdout", stdout), ("stderr", stderr)),
             shares=[*tagged, ("pgcfg", Share(guest_dir, False)),
                     ("pgetc", Share(os.path.join(run_dir, "etc"), False))],
             net_socket=network.relay.path if network else None)
-        return _boot(plan, policy, tools, accel, qemu_argv, shares, network, record_build_dir,
+        return _boot(plan, policy, tools, accel, argv, shares, network, record_build_dir,
                      write_roots, notify, started_at, console, report_port,
                      ((copy_out, stdout, 1), (copy_err, stderr, 2)))
     finally:
@@ -360,9 +360,9 @@ def _boot(plan, policy, tools: Tools, accel: str, qemu_argv: List[str], shares: 
 
     for share in shares:
         if share.writable:
-            _settle_mapped(share.path)
+            settle_mapped(share.path)
     written = files.changed(before, files.snapshot(roots))
-    tail = _console_tail(console)
+    tail = console_tail(console)
     with open(os.path.join(run_dir, "qemu.err"), "rb") as fh:
         qemu_err = fh.read(8192).decode("utf-8", "replace").strip()
     message = None if (timed_out or interrupted) else _read_guest_message(report_port)

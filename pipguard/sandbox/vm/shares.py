@@ -1,8 +1,8 @@
 """The host's directories in the guest, and what the guest leaves in them: the shares of a
-run (:class:`Share`, :func:`_shares`: one per root, shallowest first), the copy of the granted
-``/etc`` entries the guest gets instead of the host's (:func:`_stage_etc`), the host's system
-directories and top-level symlinks (:func:`_system_layout`), and the read-write shares' files
-left as the host's own after the run (:func:`_settle_mapped`: QEMU's mapped-xattr attributes).
+run (:class:`Share`, :func:`shares_of`: one per root, shallowest first), the copy of the granted
+``/etc`` entries the guest gets instead of the host's (:func:`stage_etc`), the host's system
+directories and top-level symlinks (:func:`system_layout`), and the read-write shares' files
+left as the host's own after the run (:func:`settle_mapped`: QEMU's mapped-xattr attributes).
 
 Starts no process. Imports the one walk of a tree (:mod:`pipguard.sandbox.files`), the path
 rules' ``SYSTEM_READ`` (when called) and the standard library.
@@ -27,7 +27,7 @@ class Share:
     writable: bool
 
 
-def _shares(read: Sequence[str], write: Sequence[str]) -> List[Share]:
+def shares_of(read: Sequence[str], write: Sequence[str]) -> List[Share]:
     """One share per root, shallowest first; a root inside a share of the
     same kind is left out (the guest sees it through the outer one)."""
     wanted: Dict[str, bool] = {}
@@ -46,7 +46,7 @@ def _shares(read: Sequence[str], write: Sequence[str]) -> List[Share]:
     return out
 
 
-def _stage_etc(dest: str, entries: Sequence[str]) -> None:
+def stage_etc(dest: str, entries: Sequence[str]) -> None:
     """Copy the granted entries of /etc (symlinks as symlinks); unreadable
     ones are left out."""
     os.makedirs(dest, exist_ok=True)
@@ -64,7 +64,7 @@ def _stage_etc(dest: str, entries: Sequence[str]) -> None:
             continue
 
 
-def _system_layout() -> Tuple[List[str], List[Tuple[str, str]]]:
+def system_layout() -> Tuple[List[str], List[Tuple[str, str]]]:
     """The host's top-level system directories to share, and its top-level
     symlinks (``/bin -> usr/bin`` on merged-/usr systems) to recreate."""
     from pipguard.rules import SYSTEM_READ
@@ -87,7 +87,7 @@ MAPPED_PREFIX = "user.virtfs."
 MAPPED_MODE = MAPPED_PREFIX + "mode"
 
 
-def _settle_mapped(root: str) -> None:
+def settle_mapped(root: str) -> None:
     """Leave what the guest made under ``root`` as the host's own files,
     then remove QEMU's mapped attributes (without following symlinks): the
     next VM must see the files as the host does.

@@ -205,7 +205,7 @@ def cache_dir() -> str:
     return private_dir()
 
 
-def _write_atomic(path: str, data: bytes) -> None:
+def write_atomic(path: str, data: bytes) -> None:
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "wb") as fh:
         fh.write(data)
@@ -243,5 +243,5 @@ def initramfs(tools: Tools) -> str:
         with open(os.path.join(kernel.modules_dir, rel), "rb") as fh:
             entries.append((f".pg/modules/{name}.ko", 0o100644, fh.read()))
     entries.append(("init", 0o100755, init.encode()))
-    _write_atomic(path, _cpio(entries))
+    write_atomic(path, _cpio(entries))
     return path
