@@ -330,22 +330,24 @@ def check_ownership(wheels: Sequence[WheelToInstall], target: TargetLayout, *,
             findings += _nspkg_takeovers(name, artifact, namespaces, roots, installed, everyone, read)
             findings += _under_an_installed_nspkg(name, artifact, files, dirs, lines, read)
         for dest, source in files:
-            # no loss: a namespace's shared pkgutil/pkg_resources __init__.py replaced by another,
-            # or a file replaced by the very same bytes (distributions of one family ship some)
             mine = (paths[artifact], source)
-            shared_shim = os.path.basename(dest) == "__init__.py" and read.shim(dest, mine)
-            here = os.path.lexists(dest) and not (shared_shim and read.shim(dest, on_disk=True)) \
-                and not read.same(dest, mine)
+
+            def lossless(theirs: Optional[Tuple[str, str]] = None) -> bool:
+                """No loss: a namespace's shared pkgutil/pkg_resources __init__.py replaced by
+                another, or a file replaced by the very same bytes (a family ships some alike).
+                Read only for a clash: an upgrade's own files are never opened."""
+                if os.path.basename(dest) == "__init__.py" and read.shim(dest, mine) \
+                        and read.shim(dest, theirs, on_disk=theirs is None):
+                    return True
+                return read.same(dest, mine, theirs)
+
             others = sorted(installed.of(dest) - {name})
             other: Optional[str] = None
-            if others and here:
-                other = f"installed distribution {', '.join(others)} (its RECORD lists it)"
-            elif dest not in installed and here:
-                other = "the environment (a file no installed distribution's RECORD lists)"
+            if (others or dest not in installed) and os.path.lexists(dest) and not lossless():
+                other = (f"installed distribution {', '.join(others)} (its RECORD lists it)" if others
+                         else "the environment (a file no installed distribution's RECORD lists)")
             previous = claimed.get(dest)
-            if previous is not None and previous[0] != name and not (
-                    shared_shim and read.shim(dest, (previous[2], previous[3]))) \
-                    and not read.same(dest, mine, (previous[2], previous[3])):
+            if previous is not None and previous[0] != name and not lossless((previous[2], previous[3])):
                 other = f"{previous[0]} ({previous[1]}, in the same install)"
             claimed.setdefault(dest, (name, artifact, paths[artifact], source))
             if other:
